@@ -1,0 +1,121 @@
+"""Argument checks shared by the QLinearConv / QLinearMatMul families.
+
+Every failure is a TypeError (wrong type) or ValueError (wrong shape or value) whose message starts with the
+public function's name and names the argument and the rule.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+INT8_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _dtype_names(dtypes) -> str:
+    return " or ".join(str(np.dtype(d)) for d in dtypes)
+
+
+def quantized_tensor(func: str, name: str, value, allowed=INT8_TYPES) -> np.ndarray:
+    """An array whose dtype is one of ``allowed`` (numpy arrays only: a Python list has no quantized type)."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(f"{func}: {name} must be a numpy array of {_dtype_names(allowed)}, got {type(value).__name__}")
+    value = np.asarray(value)
+    if value.dtype not in allowed:
+        raise TypeError(f"{func}: {name} must have dtype {_dtype_names(allowed)}, got {value.dtype}")
+    return value
+
+
+def zero_point(func: str, name: str, value, dtype, partner: str) -> np.ndarray:
+    """A zero point whose type must be ``dtype`` (the type of ``partner``); None means 0.
+
+    A Python int is accepted and converted when it is in range; numpy arrays must already have ``dtype``
+    ("each input and its related zero point must have same type").
+    """
+    dtype = np.dtype(dtype)
+    if value is None:
+        return np.zeros((), dtype=dtype)
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.generic)):
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{func}: {name} must be in [{info.min}, {info.max}] (the range of {partner}'s {dtype}), got {value}")
+        return np.asarray(value, dtype=dtype)
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(f"{func}: {name} must be a numpy array of {dtype} (the type of {partner}), got {type(value).__name__}")
+    value = np.asarray(value)
+    if value.dtype != dtype:
+        raise TypeError(f"{func}: {name} must have the dtype of {partner} ({dtype}), got {value.dtype}")
+    return value
+
+
+def output_zero_point(func: str, name: str, value) -> np.ndarray:
+    """The output zero point: its dtype (int8 or uint8) is the output type, so it must be a numpy value."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(
+            f"{func}: {name} must be a numpy array of uint8 or int8 (its dtype sets the output type), "
+            f"got {type(value).__name__}"
+        )
+    value = np.asarray(value)
+    if value.dtype not in INT8_TYPES:
+        raise TypeError(f"{func}: {name} must have dtype uint8 or int8, got {value.dtype}")
+    return value
+
+
+def scale(func: str, name: str, value, allowed) -> np.ndarray:
+    """A scale: a numpy array of one of ``allowed`` float types, or a Python float (taken as float32).
+
+    Scales must be positive and finite: a zero, negative, NaN or infinite scale has no quantized meaning.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.generic)):
+        value = np.asarray(value, dtype=np.float32)
+    elif isinstance(value, (np.ndarray, np.generic)):
+        value = np.asarray(value)
+        if value.dtype not in [np.dtype(d) for d in allowed]:
+            raise TypeError(f"{func}: {name} must have dtype {_dtype_names(allowed)}, got {value.dtype}")
+    else:
+        raise TypeError(f"{func}: {name} must be a numpy array of {_dtype_names(allowed)} or a Python float, got {type(value).__name__}")
+    as_float = value.astype(np.float64)
+    if not (np.all(np.isfinite(as_float)) and np.all(as_float > 0)):
+        raise ValueError(f"{func}: {name} must be positive and finite, got {value.tolist()}")
+    return value
+
+
+def is_per_tensor(value: np.ndarray) -> bool:
+    """A scalar, or a 1-D tensor of one element (ONNX models often store scalars as shape (1,))."""
+    return value.ndim == 0 or (value.ndim == 1 and value.shape[0] == 1)
+
+
+def require_per_tensor(func: str, name: str, value: np.ndarray) -> np.ndarray:
+    if not is_per_tensor(value):
+        raise ValueError(f"{func}: {name} must be a scalar or a 1-element 1-D tensor (per-tensor), got shape {value.shape}")
+    return value.reshape(())
+
+
+def int_list(func: str, name: str, value, length: int, minimum: int) -> tuple[int, ...] | None:
+    """An INTS attribute: None, or a sequence of ``length`` integers each >= ``minimum``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise TypeError(f"{func}: {name} must be a sequence of integers, got {type(value).__name__}")
+    items = list(value)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items):
+        raise TypeError(f"{func}: {name} must be a sequence of integers, got {items!r}")
+    items = [int(v) for v in items]
+    if len(items) != length:
+        raise ValueError(f"{func}: {name} must have {length} values, got {len(items)}: {items}")
+    if any(v < minimum for v in items):
+        raise ValueError(f"{func}: {name} must be >= {minimum} everywhere, got {items}")
+    return tuple(items)
+
+
+def check_int32(func: str, acc: np.ndarray, what: str) -> None:
+    """The specs accumulate in int32: an exact sum outside int32 is reported, never wrapped."""
+    if acc.size == 0:
+        return
+    low, high = int(acc.min()), int(acc.max())
+    if low < INT32_MIN or high > INT32_MAX:
+        bad = high if high > INT32_MAX else low
+        raise OverflowError(f"{func}: the exact accumulator ({what}) leaves the int32 range: {bad}")

@@ -1,0 +1,23 @@
+"""ONNX DynamicQuantizeLinear-11: arguments and dispatch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qlinear.ops import _quant_args as qa
+from qlinear.reference.dynamic_quantize_linear import dynamic_quantize_linear as _reference_dynamic_quantize_linear
+
+
+def dynamic_quantize_linear(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX DynamicQuantizeLinear-11: quantize float32 ``x`` to uint8 with a scale and zero point from its range.
+
+    Returns ``(y, y_scale, y_zero_point)``: uint8 of x's shape, a 0-d float32 and a 0-d uint8. The range is
+    widened to include 0. An all-zero (or empty) x, where the spec's formula divides 0 by 0, gives scale
+    1/255 as the onnx reference does (onnxruntime gives 1.0); y and the zero point are 0 either way.
+    NaN and infinite values are rejected: the spec gives them no meaningful scale.
+    """
+    func = "dynamic_quantize_linear"
+    x = qa.quantized_tensor(func, "x", x, allowed=(np.dtype(np.float32),))
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{func}: x must be finite (no NaN or infinity): the scale would be undefined")
+    return _reference_dynamic_quantize_linear(x)

@@ -1,0 +1,249 @@
+"""ONNX QLinearConv-10 and ConvInteger-10: arguments, attribute and shape rules, geometry, dispatch.
+
+Both operators share the accumulator ``sum((x - x_zero_point) * (w - w_zero_point)) (+ B)``, computed by
+:func:`_conv_accumulate`, the one place where a fast kernel slots in. QLinearConv then requantizes it
+(:mod:`qlinear.reference.requantize`); ConvInteger returns it as int32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qlinear.ops import _quant_args as qa
+from qlinear.reference.conv import conv_accumulate as _reference_conv_accumulate
+from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
+from qlinear.reference.requantize import requantize as _requantize
+
+AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Everything about a convolution except the data: resolved attributes and the output shape."""
+
+    group: int
+    kernel_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    output_shape: tuple[int, ...]  # (N, M, O1..On)
+
+
+def conv_geometry(func, x_shape, w_shape, *, auto_pad, dilations, group, kernel_shape, pads, strides) -> ConvGeometry:
+    """Validate the attributes against x's and w's shapes and resolve auto_pad into explicit pads."""
+    if len(x_shape) < 3:
+        raise ValueError(f"{func}: x must have at least 3 dimensions (N, C, D1, ...), got shape {tuple(x_shape)}")
+    if len(w_shape) != len(x_shape):
+        raise ValueError(
+            f"{func}: w must have the rank of x ({len(x_shape)}: M, C/group, k1, ...), got shape {tuple(w_shape)}"
+        )
+    n_spatial = len(x_shape) - 2
+    in_spatial = tuple(x_shape[2:])
+    out_channels, group_channels = w_shape[:2]
+
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)):
+        raise TypeError(f"{func}: group must be an integer, got {type(group).__name__}")
+    group = int(group)
+    if group < 1:
+        raise ValueError(f"{func}: group must be >= 1, got {group}")
+    if x_shape[1] != group_channels * group:
+        raise ValueError(
+            f"{func}: x.shape[1] must equal w.shape[1] * group (C == C/group * group), got "
+            f"x.shape[1]={x_shape[1]}, w.shape[1]={group_channels}, group={group}"
+        )
+    if out_channels % group != 0:
+        raise ValueError(f"{func}: w.shape[0] (M={out_channels}) must be a multiple of group ({group})")
+
+    kernel = tuple(int(k) for k in w_shape[2:])
+    if any(k < 1 for k in kernel):
+        raise ValueError(f"{func}: w's spatial dimensions must be >= 1, got shape {tuple(w_shape)}")
+    given_kernel = qa.int_list(func, "kernel_shape", kernel_shape, n_spatial, 1)
+    if given_kernel is not None and given_kernel != kernel:
+        raise ValueError(f"{func}: kernel_shape must equal w.shape[2:] {kernel}, got {given_kernel}")
+    strides = qa.int_list(func, "strides", strides, n_spatial, 1) or (1,) * n_spatial
+    dilations = qa.int_list(func, "dilations", dilations, n_spatial, 1) or (1,) * n_spatial
+    pads = qa.int_list(func, "pads", pads, 2 * n_spatial, 0)
+
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode("ascii", "replace")
+    if not isinstance(auto_pad, str):
+        raise TypeError(f"{func}: auto_pad must be a string, got {type(auto_pad).__name__}")
+    if auto_pad not in AUTO_PAD_MODES:
+        raise ValueError(f"{func}: auto_pad must be one of {', '.join(AUTO_PAD_MODES)}, got {auto_pad!r}")
+    if auto_pad != "NOTSET" and pads is not None:
+        raise ValueError(f"{func}: pads cannot be used together with auto_pad={auto_pad!r}")
+
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
+    if auto_pad == "NOTSET":
+        pads = pads or (0,) * (2 * n_spatial)
+        pads_begin, pads_end = pads[:n_spatial], pads[n_spatial:]
+    elif auto_pad == "VALID":
+        pads_begin = pads_end = (0,) * n_spatial
+    else:
+        # output = ceil(input / stride); the total padding that achieves it, odd unit at the end (UPPER) or
+        # at the beginning (LOWER).
+        totals = [
+            max(0, (-(-size // s) - 1) * s + e - size) for size, s, e in zip(in_spatial, strides, extent)
+        ]
+        small = tuple(t // 2 for t in totals)
+        large = tuple(t - t // 2 for t in totals)
+        pads_begin, pads_end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+
+    out_spatial = tuple(
+        (size + b + e - ext) // s + 1
+        for size, b, e, ext, s in zip(in_spatial, pads_begin, pads_end, extent, strides)
+    )
+    for axis, (size, b, e, ext) in enumerate(zip(in_spatial, pads_begin, pads_end, extent)):
+        if size + b + e < ext:
+            raise ValueError(
+                f"{func}: the dilated kernel ({ext}) is larger than the padded input ({size + b + e}) on "
+                f"spatial axis {axis}: the output would be empty"
+            )
+    return ConvGeometry(
+        group=group,
+        kernel_shape=kernel,
+        strides=strides,
+        dilations=dilations,
+        pads_begin=tuple(pads_begin),
+        pads_end=tuple(pads_end),
+        output_shape=(x_shape[0], out_channels) + out_spatial,
+    )
+
+
+def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry) -> np.ndarray:
+    """The exact accumulator (int64 values) of shape geometry.output_shape. The fast kernel slots in here.
+
+    x: (N, C, D..) int8/uint8; x_zero_point: 0-d of x's dtype; w: (M, C/group, k..) int8/uint8;
+    w_zero_point: 0-d or (M,) of w's dtype; B: (M,) int32 or None.
+    """
+    return _reference_conv_accumulate(
+        x,
+        x_zero_point,
+        w,
+        w_zero_point,
+        B,
+        group=geometry.group,
+        strides=geometry.strides,
+        dilations=geometry.dilations,
+        pads_begin=geometry.pads_begin,
+        pads_end=geometry.pads_end,
+    )
+
+
+def _per_output_channel(func: str, name: str, value: np.ndarray, out_channels: int) -> np.ndarray:
+    """w's scale or zero point: per tensor (returned 0-d) or 1-D of length M (per output channel)."""
+    if qa.is_per_tensor(value):
+        return value.reshape(())
+    if value.ndim != 1 or value.shape[0] != out_channels:
+        raise ValueError(
+            f"{func}: {name} must be a scalar (per tensor) or a 1-D tensor of M={out_channels} elements "
+            f"(per output channel), got shape {value.shape}"
+        )
+    return value
+
+
+def _check_requantize_mode(func: str, requantize_mode) -> None:
+    if not isinstance(requantize_mode, str) or requantize_mode not in REQUANTIZE_MODES:
+        raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize_mode!r}")
+
+
+def _check_multiplier(func: str, multiplier: np.ndarray, names: str) -> None:
+    if not np.all(np.isfinite(multiplier.astype(np.float64))):
+        raise ValueError(f"{func}: {names} overflows its float type; the requantization multiplier must be finite")
+
+
+def qlinear_conv(
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    B=None,
+    *,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+    requantize="float64",
+) -> np.ndarray:
+    """ONNX QLinearConv-10: quantized N-D convolution with int8/uint8 x, w and y.
+
+    ``y = saturate(round(acc * x_scale * w_scale / y_scale) + y_zero_point)`` where ``acc`` is the exact
+    int32 sum of ``(x - x_zero_point) * (w - w_zero_point)`` over each receptive field plus ``B``.
+    ``w_scale`` and ``w_zero_point`` are per tensor or per output channel (1-D of length M, zero points
+    may differ). ``requantize="float64"`` (default) reproduces the onnx reference evaluator's
+    arithmetic, ``"float32"`` onnxruntime's; see docs/semantics.md.
+    Raises OverflowError when the exact accumulator leaves int32.
+    """
+    func = "qlinear_conv"
+    _check_requantize_mode(func, requantize)
+    x = qa.quantized_tensor(func, "x", x)
+    w = qa.quantized_tensor(func, "w", w)
+    geometry = conv_geometry(
+        func, x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group,
+        kernel_shape=kernel_shape, pads=pads, strides=strides,
+    )
+    out_channels = w.shape[0]
+    scale_types = (np.float32,)
+    x_scale = qa.require_per_tensor(func, "x_scale", qa.scale(func, "x_scale", x_scale, scale_types))
+    w_scale = _per_output_channel(func, "w_scale", qa.scale(func, "w_scale", w_scale, scale_types), out_channels)
+    y_scale = qa.require_per_tensor(func, "y_scale", qa.scale(func, "y_scale", y_scale, scale_types))
+    x_zero_point = qa.require_per_tensor(func, "x_zero_point", qa.zero_point(func, "x_zero_point", x_zero_point, x.dtype, "x"))
+    w_zero_point = _per_output_channel(
+        func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), out_channels
+    )
+    y_zero_point = qa.require_per_tensor(func, "y_zero_point", qa.output_zero_point(func, "y_zero_point", y_zero_point))
+    if B is not None:
+        B = qa.quantized_tensor(func, "B", B, allowed=(np.dtype(np.int32),))
+        if B.shape != (out_channels,):
+            raise ValueError(f"{func}: B must be a 1-D tensor of M={out_channels} elements, got shape {B.shape}")
+
+    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry)
+    qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
+
+    channel_shape = (1, out_channels) + (1,) * (x.ndim - 2)
+    multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
+    _check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
+    return _requantize(acc, multiplier, y_zero_point, requantize)
+
+
+def conv_integer(
+    x,
+    w,
+    x_zero_point=None,
+    w_zero_point=None,
+    *,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+) -> np.ndarray:
+    """ONNX ConvInteger-10: the exact int32 convolution of ``x - x_zero_point`` and ``w - w_zero_point``.
+
+    Zero points default to 0; ``w_zero_point`` may be per output channel. Raises OverflowError when the
+    exact sum leaves int32 (the spec's accumulator type) instead of wrapping.
+    """
+    func = "conv_integer"
+    x = qa.quantized_tensor(func, "x", x)
+    w = qa.quantized_tensor(func, "w", w)
+    geometry = conv_geometry(
+        func, x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group,
+        kernel_shape=kernel_shape, pads=pads, strides=strides,
+    )
+    x_zero_point = qa.require_per_tensor(func, "x_zero_point", qa.zero_point(func, "x_zero_point", x_zero_point, x.dtype, "x"))
+    w_zero_point = _per_output_channel(
+        func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), w.shape[0]
+    )
+    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, None, geometry)
+    qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point)")
+    return acc.astype(np.int32)

@@ -1,0 +1,173 @@
+"""ONNX QLinearMatMul-10/21 and MatMulInteger-10: arguments, shape rules, opset rules, dispatch.
+
+Both operators share the accumulator ``(a - a_zero_point) @ (b - b_zero_point)`` with numpy.matmul's
+broadcasting, computed by :func:`_matmul_accumulate`, the one place where a fast kernel slots in.
+
+Granularity (the spec's text): a's scale and zero point are per tensor or per row, b's per tensor or per
+column. Per row of a 2-D a (M, K) is an M-vector or (M, 1); of an N-D a (D1, .., M, K) it is (D1, .., M, 1),
+where any leading dimension may also be 1 (shared). Per column of b (.., K, N) is an N-vector or
+(D1, .., 1, N). y's scale and zero point are per tensor.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from qlinear.ops import _quant_args as qa
+from qlinear.reference.matmul import matmul_accumulate as _reference_matmul_accumulate
+from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
+from qlinear.reference.requantize import requantize as _requantize
+
+# What each QLinearMatMul opset allows for the scales (TS; one type for all three). Keys are since_version.
+# Opset 21 also lists float8 types for a, b and y; qlinear implements the int8/uint8 ones.
+QLINEAR_MATMUL_SCALE_TYPES = {
+    10: (np.dtype(np.float32),),
+    21: (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)),
+}
+LATEST_QLINEAR_MATMUL_OPSET = max(QLINEAR_MATMUL_SCALE_TYPES)
+
+
+def _matmul_accumulate(a, a_zero_point, b, b_zero_point) -> np.ndarray:
+    """Exact accumulator (int64 values) ``(a - a_zero_point) @ (b - b_zero_point)``. Fast kernel slots in here.
+
+    a: (..., M, K), b: (..., K, N), both at least 2-D, int8/uint8; a_zero_point: 0-d or broadcastable
+    (..., M, 1) of a's dtype; b_zero_point: 0-d, (N,) or (..., 1, N) of b's dtype.
+    """
+    return _reference_matmul_accumulate(a, a_zero_point, b, b_zero_point)
+
+
+def _as_matrices(func: str, a: np.ndarray, b: np.ndarray, a_name: str, b_name: str):
+    """numpy.matmul's 1-D promotion, and the shape checks, with messages naming the arguments."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{func}: {a_name} and {b_name} must have at least 1 dimension, got shapes {a.shape} and {b.shape}")
+    a2 = a[np.newaxis, :] if a.ndim == 1 else a
+    b2 = b[:, np.newaxis] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(
+            f"{func}: the last dimension of {a_name} ({a2.shape[-1]}) must equal the "
+            f"{'first' if b.ndim == 1 else 'second-to-last'} dimension of {b_name} ({b2.shape[-2]})"
+        )
+    try:
+        np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"{func}: the batch dimensions of {a_name} {a.shape[:-2]} and {b_name} {b.shape[:-2]} do not broadcast"
+        ) from None
+    return a2, b2
+
+
+def _row_param(func: str, name: str, value: np.ndarray, a2: np.ndarray, a_name: str) -> np.ndarray:
+    """Per tensor (0-d) or per row of a: returned with a shape that broadcasts against a and the result."""
+    if qa.is_per_tensor(value):
+        return value.reshape(())
+    rows = a2.shape[-2]
+    if a2.ndim == 2 and value.ndim == 1 and value.shape[0] == rows:
+        return value.reshape(rows, 1)
+    if value.ndim == a2.ndim and value.shape[-1] == 1 and all(v in (1, d) for v, d in zip(value.shape[:-1], a2.shape[:-1])):
+        return value
+    expected = f"({rows},) or ({rows}, 1)" if a2.ndim == 2 else str(a2.shape[:-1] + (1,))
+    raise ValueError(
+        f"{func}: {name} must be a scalar (per tensor) or per row of {a_name}, shape {expected}, got shape {value.shape}"
+    )
+
+
+def _column_param(func: str, name: str, value: np.ndarray, b2: np.ndarray, b_name: str) -> np.ndarray:
+    """Per tensor (0-d) or per column of b: returned with a shape that broadcasts against b and the result."""
+    if qa.is_per_tensor(value):
+        return value.reshape(())
+    columns = b2.shape[-1]
+    if value.ndim == 1 and value.shape[0] == columns:
+        return value
+    if value.ndim == b2.ndim and value.shape[-2] == 1 and value.shape[-1] == columns and all(
+        v in (1, d) for v, d in zip(value.shape[:-2], b2.shape[:-2])
+    ):
+        return value
+    expected = f"({columns},)" if b2.ndim == 2 else f"({columns},) or {b2.shape[:-2] + (1, columns)}"
+    raise ValueError(
+        f"{func}: {name} must be a scalar (per tensor) or per column of {b_name}, shape {expected}, got shape {value.shape}"
+    )
+
+
+def _restore_vector_axes(result: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Undo the 1-D promotion, as numpy.matmul does."""
+    if b.ndim == 1:
+        result = result[..., 0]
+    if a.ndim == 1:
+        result = result[..., 0, :] if b.ndim != 1 else result[..., 0]
+    return result
+
+
+def qlinear_matmul(
+    a,
+    a_scale,
+    a_zero_point,
+    b,
+    b_scale,
+    b_zero_point,
+    y_scale,
+    y_zero_point,
+    *,
+    opset=None,
+    requantize="float64",
+) -> np.ndarray:
+    """ONNX QLinearMatMul (opset 10 or 21): quantized numpy.matmul with int8/uint8 a, b and y.
+
+    ``y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero_point)`` with ``acc`` the exact int32
+    ``(a - a_zero_point) @ (b - b_zero_point)``. Scales are float32 (opset 10) or float32/float16/bfloat16
+    (opset 21, the default when ``opset`` is None), all three of one type. ``requantize="float64"``
+    (default) reproduces the onnx reference evaluator, ``"float32"`` onnxruntime; see docs/semantics.md.
+    Raises OverflowError when the exact accumulator leaves int32.
+    """
+    func = "qlinear_matmul"
+    if opset is None:
+        opset = LATEST_QLINEAR_MATMUL_OPSET
+    if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)):
+        raise TypeError(f"{func}: opset must be an integer or None, got {type(opset).__name__}")
+    if opset < min(QLINEAR_MATMUL_SCALE_TYPES):
+        raise ValueError(f"{func}: opset must be >= {min(QLINEAR_MATMUL_SCALE_TYPES)} (QLinearMatMul's first version), got {opset}")
+    since_version = max(v for v in QLINEAR_MATMUL_SCALE_TYPES if v <= opset)
+    scale_types = QLINEAR_MATMUL_SCALE_TYPES[since_version]
+    if not isinstance(requantize, str) or requantize not in REQUANTIZE_MODES:
+        raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize!r}")
+
+    a = qa.quantized_tensor(func, "a", a)
+    b = qa.quantized_tensor(func, "b", b)
+    a2, b2 = _as_matrices(func, a, b, "a", "b")
+
+    a_scale = _row_param(func, "a_scale", qa.scale(func, "a_scale", a_scale, scale_types), a2, "a")
+    b_scale = _column_param(func, "b_scale", qa.scale(func, "b_scale", b_scale, scale_types), b2, "b")
+    y_scale = qa.require_per_tensor(func, "y_scale", qa.scale(func, "y_scale", y_scale, scale_types))
+    if not a_scale.dtype == b_scale.dtype == y_scale.dtype:
+        raise TypeError(
+            f"{func}: a_scale, b_scale and y_scale must share one dtype (TS), got "
+            f"{a_scale.dtype}, {b_scale.dtype}, {y_scale.dtype}"
+        )
+    a_zero_point = _row_param(func, "a_zero_point", qa.zero_point(func, "a_zero_point", a_zero_point, a.dtype, "a"), a2, "a")
+    b_zero_point = _column_param(func, "b_zero_point", qa.zero_point(func, "b_zero_point", b_zero_point, b.dtype, "b"), b2, "b")
+    y_zero_point = qa.require_per_tensor(func, "y_zero_point", qa.output_zero_point(func, "y_zero_point", y_zero_point))
+
+    acc = _matmul_accumulate(a2, a_zero_point, b2, b_zero_point)
+    qa.check_int32(func, acc, "(a - a_zero_point) @ (b - b_zero_point)")
+    multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
+    if not np.all(np.isfinite(multiplier.astype(np.float64))):
+        raise ValueError(f"{func}: a_scale * b_scale / y_scale overflows {multiplier.dtype}; the requantization multiplier must be finite")
+    y = _requantize(acc, multiplier, y_zero_point, requantize)
+    return _restore_vector_axes(y, a, b)
+
+
+def matmul_integer(A, B, a_zero_point=None, b_zero_point=None) -> np.ndarray:
+    """ONNX MatMulInteger-10: the exact int32 ``(A - a_zero_point) @ (B - b_zero_point)``.
+
+    Zero points default to 0; a_zero_point may be per row of A, b_zero_point per column of B. Raises
+    OverflowError when the exact sum leaves int32 instead of wrapping.
+    """
+    func = "matmul_integer"
+    A = qa.quantized_tensor(func, "A", A)
+    B = qa.quantized_tensor(func, "B", B)
+    a2, b2 = _as_matrices(func, A, B, "A", "B")
+    a_zero_point = _row_param(func, "a_zero_point", qa.zero_point(func, "a_zero_point", a_zero_point, A.dtype, "A"), a2, "A")
+    b_zero_point = _column_param(func, "b_zero_point", qa.zero_point(func, "b_zero_point", b_zero_point, B.dtype, "B"), b2, "B")
+    acc = _matmul_accumulate(a2, a_zero_point, b2, b_zero_point)
+    qa.check_int32(func, acc, "(A - a_zero_point) @ (B - b_zero_point)")
+    return _restore_vector_axes(acc.astype(np.int32), A, B)
