@@ -1,0 +1,289 @@
+"""tf.raw_ops.QuantizeV2 and tf.raw_ops.Dequantize: arguments, validation, dispatch.
+
+The public functions normalise the arguments TensorFlow's way (attribute names and defaults are the
+raw op's), reject everything the TensorFlow CPU kernel rejects with a ValueError carrying the same
+meaning, view the data as ``[pre, slices, post]`` and hand it to one kernel function per operator
+(``_quantize_kernel`` / ``_dequantize_kernel``). Today those call the NumPy reference; a fast kernel
+slots in there without touching validation.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import ml_dtypes
+import numpy as np
+
+from qlinear.reference import tf_quantize as _ref
+
+__all__ = ["quantize_v2", "dequantize", "TF_QUANTIZED_TYPES"]
+
+# TensorFlow's quantized types and the NumPy storage TensorFlow itself hands back (Tensor.numpy()).
+TF_QUANTIZED_TYPES: dict[str, np.dtype] = {
+    "qint8": np.dtype(np.int8),
+    "quint8": np.dtype(np.uint8),
+    "qint16": np.dtype(np.int16),
+    "quint16": np.dtype(np.uint16),
+    "qint32": np.dtype(np.int32),
+}
+_TF_NAME_OF = {dtype: name for name, dtype in TF_QUANTIZED_TYPES.items()}
+
+MODES = (_ref.MIN_COMBINED, _ref.MIN_FIRST, _ref.SCALED)
+ROUND_MODES = (_ref.HALF_AWAY_FROM_ZERO, _ref.HALF_TO_EVEN)
+_OUTPUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: the one place a faster implementation replaces the reference.
+# ---------------------------------------------------------------------------------------------
+def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
+    return _ref.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
+
+
+def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict):
+    return _ref.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument normalisation
+# ---------------------------------------------------------------------------------------------
+def resolve_quantized_type(T, func: str = "quantize_v2", argument: str = "T") -> np.dtype:
+    """"qint8".."qint32", a NumPy integer dtype of the same storage, or anything whose ``.name``
+    is one of those (a tf.DType). Returns the NumPy storage dtype."""
+    name = T if isinstance(T, str) else getattr(T, "name", None)
+    if isinstance(name, str) and name in TF_QUANTIZED_TYPES:
+        return TF_QUANTIZED_TYPES[name]
+    try:
+        dtype = np.dtype(T)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is not None and dtype in _TF_NAME_OF:
+        return dtype
+    raise ValueError(
+        f"{func}: {argument} must be one of qint8, quint8, qint16, quint16, qint32 (or the NumPy dtypes "
+        f"int8, uint8, int16, uint16, int32), got {T!r}"
+    )
+
+
+def _choice(func, argument, value, allowed, what):
+    if not isinstance(value, str):
+        raise TypeError(f"{func}: {argument} must be a string, got {type(value).__name__}")
+    if value not in allowed:
+        raise ValueError(f"{func}: {what} must be " + ", ".join(f"'{a}'" for a in allowed) + f", is '{value}'")
+    return value
+
+
+def _bool(func, argument, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{func}: {argument} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _axis(func, value) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{func}: axis must be an int, got bool")
+    try:
+        axis = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{func}: axis must be an int, got {type(value).__name__}") from None
+    if axis < -1:
+        # TensorFlow's eager kernel treats axis < -1 as per-tensor (the graph shape function
+        # rejects it); qlinear rejects it (a documented deviation).
+        raise ValueError(
+            f"{func}: axis must be -1 (per-tensor) or a dimension index >= 0, got {axis}; "
+            "negative axes other than -1 are not normalised (TensorFlow's raw op does not either)"
+        )
+    return axis
+
+
+def _float_input(func, value) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - report any conversion failure as a TypeError
+        raise TypeError(f"{func}: input must be a real array-like of floats, got {type(value).__name__}") from exc
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == ml_dtypes.bfloat16):
+        raise TypeError(f"{func}: input must be a real array-like of floats (it is converted to float32), got dtype {arr.dtype}")
+    return arr.astype(np.float32, copy=False)
+
+
+def _range_values(func, argument, value) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001
+        raise TypeError(f"{func}: {argument} must be a float or an array of floats, got {type(value).__name__}") from exc
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == ml_dtypes.bfloat16):
+        raise TypeError(f"{func}: {argument} must be a float or an array of floats, got dtype {arr.dtype}")
+    arr = arr.astype(np.float32)
+    if not np.all(np.isfinite(arr)):
+        # TensorFlow accepts NaN/inf ranges and produces platform-dependent garbage; qlinear rejects
+        # them (a documented deviation).
+        raise ValueError(f"{func}: {argument} must be finite, got {arr.tolist()}")
+    return arr
+
+
+def _three_dims(shape, axis):
+    """[pre, slices, post] around ``axis`` (None: per-tensor -> [1, 1, size])."""
+    if axis is None:
+        return 1, 1, math.prod(shape)
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
+# ---------------------------------------------------------------------------------------------
+# QuantizeV2
+# ---------------------------------------------------------------------------------------------
+def quantize_v2(
+    input,
+    min_range,
+    max_range,
+    T,
+    *,
+    mode: str = "MIN_COMBINED",
+    round_mode: str = "HALF_AWAY_FROM_ZERO",
+    narrow_range: bool = False,
+    axis: int = -1,
+    ensure_minimum_range: float = 0.01,
+    strict: bool = False,
+):
+    """tf.raw_ops.QuantizeV2, bit for bit equal to TensorFlow's CPU kernel.
+
+    Returns ``(output, output_min, output_max)``: ``output`` has the NumPy storage type of ``T``
+    (int8, uint8, int16, uint16, int32) and the shape of ``input``; ``output_min``/``output_max``
+    are float32, scalars for per-tensor quantization (``axis=-1``, or an axis of length 1), else of
+    shape ``(input.shape[axis],)``.
+
+    ``axis=-1`` means per-tensor (TensorFlow's sentinel); ``axis >= 0`` quantizes each slice along
+    that dimension with its own ``min_range[i]``/``max_range[i]``.
+
+    ``strict=True`` evaluates the documented formulas exactly (float64, one rounding, saturation)
+    instead of reproducing the kernel's float32 arithmetic, truncation and qint32 wrap-around; see
+    docs/semantics.md.
+    """
+    func = "quantize_v2"
+    x = _float_input(func, input)
+    dtype = resolve_quantized_type(T, func)
+    mode = _choice(func, "mode", mode, MODES, "mode")
+    round_mode = _choice(func, "round_mode", round_mode, ROUND_MODES, "round_mode")
+    if round_mode == _ref.HALF_TO_EVEN and mode != _ref.SCALED:
+        raise ValueError(f"{func}: round_mode 'HALF_TO_EVEN' is only supported for mode 'SCALED', but mode is '{mode}'")
+    narrow_range = _bool(func, "narrow_range", narrow_range)
+    axis = _axis(func, axis)
+    strict = _bool(func, "strict", strict)
+    try:
+        ensure = np.float32(ensure_minimum_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"{func}: ensure_minimum_range must be a float, got {type(ensure_minimum_range).__name__}") from None
+    if not np.isfinite(ensure):
+        raise ValueError(f"{func}: ensure_minimum_range must be finite, got {ensure_minimum_range!r}")
+    mins = _range_values(func, "min_range", min_range)
+    maxs = _range_values(func, "max_range", max_range)
+
+    if axis >= 0:
+        if axis >= x.ndim:
+            raise ValueError(
+                f"{func}: axis must be less than the number of input dimensions ({x.ndim}), got axis={axis}"
+            )
+        slices = x.shape[axis]
+        for name, arr in (("min_range", mins), ("max_range", maxs)):
+            if arr.ndim != 1 or arr.shape[0] != slices:
+                raise ValueError(
+                    f"{func}: {name} must be a 1-D array of size input.shape[{axis}] = {slices} when axis={axis}, "
+                    f"got shape {arr.shape}"
+                )
+    else:
+        slices = 1
+        for name, arr in (("min_range", mins), ("max_range", maxs)):
+            if arr.size != 1:
+                raise ValueError(f"{func}: {name} must be a single float when axis=-1, got shape {arr.shape}")
+    per_tensor = slices == 1  # TensorFlow runs its per-tensor path for an axis of length 1 too
+    if not per_tensor and mode == _ref.MIN_FIRST:
+        raise ValueError(f"{func}: mode 'MIN_FIRST' is not implemented for per-axis quantization (axis={axis})")
+    mins, maxs = mins.reshape(-1), maxs.reshape(-1)
+    bad = np.flatnonzero(maxs < mins)
+    if bad.size:
+        i = int(bad[0])
+        where = "" if per_tensor else f" at slice {i}"
+        raise ValueError(
+            f"{func}: max_range must not be less than min_range{where}, got min_range={mins[i]!r}, max_range={maxs[i]!r}"
+        )
+    if strict and np.isnan(x).any():
+        raise ValueError(f"{func}: input contains NaN, which has no quantized value (strict=True)")
+
+    x3 = x.reshape(_three_dims(x.shape, None if per_tensor else axis))
+    q, out_min, out_max = _quantize_kernel(x3, mins, maxs, dtype, mode, round_mode, narrow_range, ensure, strict)
+    q = q.reshape(x.shape)
+    if per_tensor:
+        return q, np.float32(out_min[0]), np.float32(out_max[0])
+    return q, out_min.reshape(slices), out_max.reshape(slices)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dequantize
+# ---------------------------------------------------------------------------------------------
+def _output_dtype(func, value) -> np.dtype:
+    name = value if isinstance(value, str) else None
+    if name is None:
+        try:
+            name = np.dtype(value).name
+        except (TypeError, ValueError):
+            name = getattr(value, "name", None)
+    if name == "float":
+        name = "float32"
+    if name not in _OUTPUT_DTYPES:
+        raise ValueError(f"{func}: dtype (the output type) must be bfloat16 or float32, is {value!r}")
+    return _OUTPUT_DTYPES[name]
+
+
+def dequantize(
+    input,
+    min_range,
+    max_range,
+    *,
+    mode: str = "MIN_COMBINED",
+    narrow_range: bool = False,
+    axis: int = -1,
+    dtype="float32",
+    strict: bool = False,
+) -> np.ndarray:
+    """tf.raw_ops.Dequantize, bit for bit equal to TensorFlow's CPU kernel.
+
+    ``input`` is an array of int8, uint8, int16, uint16 or int32 (the storage of qint8 .. qint32;
+    its dtype is the op's ``T``). Returns an array of ``dtype`` (float32 or bfloat16) with the
+    shape of ``input``. ``min_range``/``max_range`` hold one value per slice along ``axis``
+    (one value for ``axis=-1``). ``strict=True`` evaluates the documented formulas in float64 and
+    rounds once.
+    """
+    func = "dequantize"
+    if not hasattr(input, "dtype"):
+        raise TypeError(
+            f"{func}: input must be an array of int8, uint8, int16, uint16 or int32 (its dtype is the quantized "
+            f"type), got {type(input).__name__}"
+        )
+    q = np.asarray(input)
+    if q.dtype not in _TF_NAME_OF:
+        raise TypeError(f"{func}: input must have dtype int8, uint8, int16, uint16 or int32, got {q.dtype}")
+    mode = _choice(func, "mode", mode, MODES, "mode")
+    out_dtype = _output_dtype(func, dtype)
+    if out_dtype != np.float32 and mode != _ref.MIN_COMBINED:
+        raise ValueError(f"{func}: when the output type is bfloat16, mode must be 'MIN_COMBINED', is '{mode}'")
+    narrow_range = _bool(func, "narrow_range", narrow_range)
+    axis = _axis(func, axis)
+    strict = _bool(func, "strict", strict)
+    mins = _range_values(func, "min_range", min_range)
+    maxs = _range_values(func, "max_range", max_range)
+    if axis >= q.ndim:
+        raise ValueError(f"{func}: axis must be less than the number of input dimensions ({q.ndim}), got axis={axis}")
+    slices = q.shape[axis] if axis >= 0 else 1
+    for name, arr in (("min_range", mins), ("max_range", maxs)):
+        if arr.size != slices:
+            raise ValueError(
+                f"{func}: {name} must have as many elements as input has along the dequantization axis "
+                f"(axis={axis}: {slices}), got {arr.size}"
+            )
+    per_tensor = slices == 1
+    if not per_tensor and mode == _ref.MIN_FIRST:
+        raise ValueError(f"{func}: mode 'MIN_FIRST' is not implemented for per-axis dequantization (axis={axis})")
+    q3 = q.reshape(_three_dims(q.shape, None if per_tensor else axis))
+    out = _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict)
+    out = out.reshape(q.shape)
+    return out if out_dtype == np.float32 else out.astype(out_dtype)
