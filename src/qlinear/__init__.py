@@ -1,10 +1,27 @@
 """qlinear: the quantization operators of ONNX and TensorFlow, bit-exact and fast.
 
-The public API; `qlinear.tf` holds the TensorFlow operators.
+The public API. ONNX operators are functions named after the operator, taking its inputs in order
+and its attributes as keywords with the ONNX defaults; `qlinear.tf` holds TensorFlow's QuantizeV2 and
+Dequantize.
 """
 
+from . import tf
+from .ops.dynamic import dynamic_quantize_linear
+from .ops.qlinear_conv import conv_integer, qlinear_conv
+from .ops.qlinear_matmul import matmul_integer, qlinear_matmul
 from .ops.quantize_linear import dequantize_linear, quantize_linear
 from .packing import pack, unpack
 
-__all__ = ["quantize_linear", "dequantize_linear", "pack", "unpack"]
+__all__ = [
+    "quantize_linear",
+    "dequantize_linear",
+    "pack",
+    "unpack",
+    "qlinear_conv",
+    "conv_integer",
+    "qlinear_matmul",
+    "matmul_integer",
+    "dynamic_quantize_linear",
+    "tf",
+]
 __version__ = "0.1.0"

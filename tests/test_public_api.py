@@ -1,0 +1,23 @@
+"""The package boundary: what `import qlinear` brings in, and the public names."""
+
+import subprocess
+import sys
+
+import qlinear
+
+
+def test_import_does_not_load_peers_or_compile():
+    code = (
+        "import sys, qlinear\n"
+        "loaded = [m for m in ('onnx', 'onnxruntime', 'tensorflow', 'torch') if m in sys.modules]\n"
+        "print(','.join(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_public_names():
+    for name in ("quantize_linear", "dequantize_linear", "pack", "unpack", "qlinear_conv", "conv_integer",
+                 "qlinear_matmul", "matmul_integer", "dynamic_quantize_linear"):
+        assert callable(getattr(qlinear, name)), name
+    assert callable(qlinear.tf.quantize_v2) and callable(qlinear.tf.dequantize)
