@@ -1,0 +1,112 @@
+"""Register-tile microkernels for the exact integer GEMM, emitted as LLVM IR through numba intrinsics.
+
+A microkernel computes one MR x NR tile ``C = P_panel @ Q_panel`` of int32 sums, where both operands are
+packed in 32-bit *groups* along K (see :mod:`qlinear.kernels.integer_gemm` for the layouts):
+
+- ``P`` ("broadcast side"): ``[K steps][MR]`` int32 groups; each group is broadcast to a whole vector.
+- ``Q`` ("vector side"): ``[K steps][NR]`` int32 groups, loaded as ``NV`` vectors of ``L`` lanes.
+
+Each 32-bit group holds either four 8-bit values (ops ``dpbusd*``: ``vpdpbusd`` multiplies unsigned bytes
+by signed bytes, sums the four 16-bit products and adds them to the int32 lane with wrap-around, never
+saturating, so it is exact for any u8 x s8 data) or two int16 values (ops ``pmaddwd*``: ``vpmaddwd`` forms
+two exact int32 products and adds them; with 8-bit data widened to int16 the pair sum cannot overflow).
+
+The LLVM auto-vectoriser does not find these instructions by itself (see shared/notes/int8-gemm-study.md),
+hence the explicit intrinsics. Accumulators live in allocas that LLVM promotes to registers.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+# op -> (lanes of int32 per vector, LLVM intrinsic, kind)
+OPS = {
+    "dpbusd512": (16, "llvm.x86.avx512.vpdpbusd.512", "dpbusd"),
+    "dpbusd256": (8, "llvm.x86.avx512.vpdpbusd.256", "dpbusd"),
+    "pmaddwd512": (16, "llvm.x86.avx512.pmaddw.d.512", "pmaddwd"),
+    "pmaddwd256": (8, "llvm.x86.avx2.pmadd.wd", "pmaddwd"),
+}
+
+
+def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
+    """Return a numba intrinsic ``mk(P, p_off, Q, q_off, ksteps, C, c_off, ldc)``.
+
+    P, Q, C are 1-D int32 arrays; the tile is written to ``C[c_off + r*ldc + n]`` for r < mr, n < nv*L.
+    ``bcast_unsigned`` (dpbusd only) says which operand holds the unsigned bytes.
+    """
+    lanes, llvm_name, kind = OPS[op]
+    nr = nv * lanes
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(i32, lanes)
+    vec16 = ir.VectorType(ir.IntType(16), 2 * lanes)
+
+    @intrinsic
+    def microkernel(typingctx, P, p_off, Q, q_off, ksteps, C, c_off, ldc):
+        sig = types.void(P, p_off, Q, q_off, ksteps, C, c_off, ldc)
+
+        def codegen(context, builder, signature, args):
+            p_arr, p_off_v, q_arr, q_off_v, ks_v, c_arr, c_off_v, ldc_v = args
+            sa = signature.args
+            p_ptr = context.make_array(sa[0])(context, builder, p_arr).data
+            q_ptr = context.make_array(sa[2])(context, builder, q_arr).data
+            c_ptr = context.make_array(sa[5])(context, builder, c_arr).data
+            p_off_v = context.cast(builder, p_off_v, sa[1], types.int64)
+            q_off_v = context.cast(builder, q_off_v, sa[3], types.int64)
+            ks_v = context.cast(builder, ks_v, sa[4], types.int64)
+            c_off_v = context.cast(builder, c_off_v, sa[6], types.int64)
+            ldc_v = context.cast(builder, ldc_v, sa[7], types.int64)
+
+            module = builder.module
+            if kind == "dpbusd":
+                fnty = ir.FunctionType(vec, [vec, vec, vec])
+            else:
+                fnty = ir.FunctionType(vec, [vec16, vec16])
+            fn = cgutils.get_or_insert_function(module, fnty, llvm_name)
+
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, None)) for _ in range(nv)]
+                    for _ in range(mr)]
+            for row in accs:
+                for a in row:
+                    builder.store(ir.Constant(vec, [0] * lanes), a)
+            mask0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+            with cgutils.for_range(builder, ks_v) as loop:
+                s = loop.index
+                q_base = builder.add(q_off_v, builder.mul(s, ir.Constant(i64, nr)))
+                p_base = builder.add(p_off_v, builder.mul(s, ir.Constant(i64, mr)))
+                qv = []
+                for v in range(nv):
+                    ptr = builder.gep(q_ptr, [builder.add(q_base, ir.Constant(i64, v * lanes))])
+                    ptr = builder.bitcast(ptr, vec.as_pointer())
+                    qv.append(builder.load(ptr, align=4))
+                for r in range(mr):
+                    ptr = builder.gep(p_ptr, [builder.add(p_base, ir.Constant(i64, r))])
+                    scalar = builder.load(ptr, align=4)
+                    one = builder.insert_element(ir.Constant(vec, None), scalar, ir.Constant(i32, 0))
+                    bc = builder.shuffle_vector(one, ir.Constant(vec, None), mask0)
+                    for v in range(nv):
+                        acc = builder.load(accs[r][v])
+                        if kind == "dpbusd":
+                            if bcast_unsigned:
+                                new = builder.call(fn, [acc, bc, qv[v]])
+                            else:
+                                new = builder.call(fn, [acc, qv[v], bc])
+                        else:
+                            prod = builder.call(fn, [builder.bitcast(bc, vec16), builder.bitcast(qv[v], vec16)])
+                            new = builder.add(acc, prod)
+                        builder.store(new, accs[r][v])
+
+            for r in range(mr):
+                row_base = builder.add(c_off_v, builder.mul(ldc_v, ir.Constant(i64, r)))
+                for v in range(nv):
+                    ptr = builder.gep(c_ptr, [builder.add(row_base, ir.Constant(i64, v * lanes))])
+                    ptr = builder.bitcast(ptr, vec.as_pointer())
+                    builder.store(builder.load(accs[r][v]), ptr, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return microkernel

@@ -1,0 +1,347 @@
+"""Exact integer N-D convolution (ConvInteger / QLinearConv core): im2col fused with operand packing, then the
+integer GEMM of :mod:`qlinear.kernels.integer_gemm`; depthwise convolutions take a direct kernel.
+
+Internal API:
+
+``prepack_conv(w, w_zero_point, group=1) -> PackedConv``
+    w (M, C/group, k1..kn) int8/uint8, w_zero_point scalar or (M,). Packed once, reused by every call.
+``conv(x, x_zero_point, packed, bias, geometry, requant=None, path=None) -> ndarray``
+    x (N, C, D1..Dn) int8/uint8 with n = 1, 2 or 3; ``geometry`` is any object with ``strides``, ``dilations``,
+    ``pads_begin``, ``pads_end`` (one int per spatial dim; e.g. qlinear.ops.qlinear_conv.ConvGeometry) or a
+    dict with those keys. Returns the exact int32 accumulator ``sum (x - x_zp)(w - w_zp) + bias`` of shape
+    (N, M, O1..On), or with ``requant=(multiplier scalar or (M,), y_zero_point, y_dtype, mode)`` its
+    requantization (as :func:`qlinear.kernels.integer_gemm.gemm`). Padded positions hold x_zero_point.
+
+Orientation: the weights are the broadcast side of the GEMM (rows of C = output channels) and the im2col
+columns the vector side (columns of C = output pixels of all images), so C is stored straight into NC...
+order and im2col walks the input along contiguous rows. The im2col pass writes the packed layout directly:
+each int32 group holds 4 consecutive K taps (or 2 as int16) of one pixel, read from an input padded once
+with x_zp (so no bounds checks in the inner loop).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qlinear.kernels import _fallback
+from qlinear.kernels import integer_gemm as ig
+
+if ig.HAVE_NUMBA:
+    from numba import njit, prange
+
+
+class PackedConv:
+    """Convolution weights packed once: one :class:`PackedWeights` (rows orientation) per group."""
+
+    def __init__(self, w, w_zero_point, group: int = 1):
+        w = np.asarray(w)
+        func = "prepack_conv"
+        if w.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or w.ndim < 3:
+            raise ValueError(f"{func}: w must be an int8/uint8 array (M, C/group, k...), got {w.dtype} {w.shape}")
+        if not isinstance(group, (int, np.integer)) or group < 1 or w.shape[0] % group:
+            raise ValueError(f"{func}: group must be a positive divisor of M={w.shape[0]}, got {group!r}")
+        self.w = np.ascontiguousarray(w)
+        self.group = int(group)
+        self.out_channels = w.shape[0]
+        self.group_channels = w.shape[1]
+        self.kernel = tuple(int(k) for k in w.shape[2:])
+        self.taps = math.prod(self.kernel)
+        zp = np.asarray(w_zero_point)
+        if zp.size not in (1, self.out_channels):
+            raise ValueError(f"{func}: w_zero_point must be a scalar or have M={self.out_channels} elements, got shape {zp.shape}")
+        self.w_zero_point = np.broadcast_to(zp.reshape(-1), (self.out_channels,)).copy()
+        m_g = self.out_channels // self.group
+        k = self.group_channels * self.taps
+        w2 = self.w.reshape(self.out_channels, k)
+        self.groups = [ig.PackedWeights(w2[g * m_g:(g + 1) * m_g].T, self.w_zero_point[g * m_g:(g + 1) * m_g], "rows")
+                       for g in range(self.group)]
+        self.abs_colsum = np.concatenate([p.abs_colsum for p in self.groups])
+        self.depthwise = self.group_channels == 1 and self.group > 1
+        if self.depthwise:
+            zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
+            self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
+
+    def bound(self, x_abs_max: int, bias) -> int:
+        b = self.abs_colsum * np.int64(x_abs_max)
+        if bias is not None:
+            b = b + np.abs(np.asarray(bias, dtype=np.int64))
+        return int(b.max(initial=0))
+
+
+def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
+    return PackedConv(w, w_zero_point, group)
+
+
+# ----------------------------------------------------------------------------------------------- numba kernels
+if ig.HAVE_NUMBA:
+
+    @njit(cache=True, parallel=True)
+    def _pack_columns(xp, koff, k, g, nr, n_img, img_stride, chan_off, od_n, oh_n, ow_n,
+                      sd, sh, sw, hpwp, wp, need_sum):
+        """im2col of the padded uint8 input straight into [ceil(Q/NR)][ksteps][NR] int32 groups (+ column sums).
+
+        Column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input offset.
+        """
+        per_img = od_n * oh_n * ow_n
+        q_total = n_img * per_img
+        ks = (k + g - 1) // g
+        npan = (q_total + nr - 1) // nr
+        packed = np.empty(npan * ks * nr, np.int32)
+        colsum = np.zeros(npan * nr, np.int32)
+        kfull = k // g
+        for pan in prange(npan):
+            seg_lane = np.empty(nr, np.int64)
+            seg_len = np.empty(nr, np.int64)
+            seg_src = np.empty(nr, np.int64)
+            nseg = 0
+            lane = 0
+            q = pan * nr
+            while lane < nr and q < q_total:
+                n = q // per_img
+                p = q - n * per_img
+                ow = p % ow_n
+                t = p // ow_n
+                oh = t % oh_n
+                od = t // oh_n
+                length = min(ow_n - ow, nr - lane, q_total - q)
+                seg_lane[nseg] = lane
+                seg_len[nseg] = length
+                seg_src[nseg] = n * img_stride + chan_off + od * sd * hpwp + oh * sh * wp + ow * sw
+                nseg += 1
+                lane += length
+                q += length
+            valid = lane
+            base = pan * ks * nr
+            for s in range(ks):
+                dst0 = base + s * nr
+                if s < kfull and g == 4:
+                    k0 = koff[4 * s]
+                    k1 = koff[4 * s + 1]
+                    k2 = koff[4 * s + 2]
+                    k3 = koff[4 * s + 3]
+                    for sg in range(nseg):
+                        src = seg_src[sg]
+                        d = dst0 + seg_lane[sg]
+                        for t in range(seg_len[sg]):
+                            o = src + t * sw
+                            b0 = np.uint32(xp[o + k0])
+                            b1 = np.uint32(xp[o + k1])
+                            b2 = np.uint32(xp[o + k2])
+                            b3 = np.uint32(xp[o + k3])
+                            packed[d + t] = np.int32(b0 | (b1 << np.uint32(8)) | (b2 << np.uint32(16)) | (b3 << np.uint32(24)))
+                        if need_sum:
+                            cs = pan * nr + seg_lane[sg]
+                            for t in range(seg_len[sg]):
+                                o = src + t * sw
+                                colsum[cs + t] += np.int32(np.int32(xp[o + k0]) + np.int32(xp[o + k1])
+                                                           + np.int32(xp[o + k2]) + np.int32(xp[o + k3]))
+                elif s < kfull and g == 2:
+                    k0 = koff[2 * s]
+                    k1 = koff[2 * s + 1]
+                    for sg in range(nseg):
+                        src = seg_src[sg]
+                        d = dst0 + seg_lane[sg]
+                        for t in range(seg_len[sg]):
+                            o = src + t * sw
+                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+                        if need_sum:
+                            cs = pan * nr + seg_lane[sg]
+                            for t in range(seg_len[sg]):
+                                o = src + t * sw
+                                colsum[cs + t] += np.int32(np.int32(xp[o + k0]) + np.int32(xp[o + k1]))
+                else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+                    shift = 32 // g
+                    for sg in range(nseg):
+                        src = seg_src[sg]
+                        d = dst0 + seg_lane[sg]
+                        cs = pan * nr + seg_lane[sg]
+                        for t in range(seg_len[sg]):
+                            o = src + t * sw
+                            v = np.uint32(0)
+                            tot = np.int32(0)
+                            for j in range(k - s * g):
+                                b = xp[o + koff[s * g + j]]
+                                v |= np.uint32(b) << np.uint32(shift * j)
+                                tot += np.int32(b)
+                            packed[d + t] = np.int32(v)
+                            if need_sum:
+                                colsum[cs + t] += tot
+                for ln in range(valid, nr):
+                    packed[dst0 + ln] = 0
+        return packed, colsum
+
+    @njit(cache=True, parallel=True)
+    def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
+                   dd, dh, dw, sd, sh, sw, od_n, oh_n, ow_n,
+                   mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+        """Direct depthwise convolution: each output channel reads one input channel; int32 accumulation of
+        (x - x_zp) * (w - w_zp) over the taps, vectorised along the output row."""
+        m_total = wc.shape[0]
+        plane = dp * hp * wpd
+        per_img = od_n * oh_n * ow_n
+        for task in prange(n_img * m_total):
+            n = task // m_total
+            o = task - n * m_total
+            c = o // chan_mult
+            xbase = (n * c_in + c) * plane
+            obase = (n * m_total + o) * per_img
+            acc = np.empty(ow_n, np.int32)
+            b = np.int32(bias[o])
+            for od in range(od_n):
+                for oh in range(oh_n):
+                    for t in range(ow_n):
+                        acc[t] = b
+                    tap = 0
+                    for kd in range(kd_n):
+                        for kh in range(kh_n):
+                            row = xbase + (od * sd + kd * dd) * hp * wpd + (oh * sh + kh * dh) * wpd
+                            for kw in range(kw_n):
+                                wv = wc[o, tap]
+                                tap += 1
+                                src = row + kw * dw
+                                for t in range(ow_n):
+                                    acc[t] += (np.int32(xp[src + t * sw]) - za) * wv
+                    dst = obase + (od * oh_n + oh) * ow_n
+                    if mode == 0:
+                        for t in range(ow_n):
+                            out32[dst + t] = acc[t]
+                    else:
+                        m = mult[o * mult_rs]
+                        for t in range(ow_n):
+                            out8[dst + t] = np.uint8(ig._requant_one(acc[t], m, mode, yzp, qmin, qmax) & 0xFF)
+
+
+# ----------------------------------------------------------------------------------------------- driver
+def _geometry(func, geometry, n_spatial):
+    def get(name):
+        v = geometry[name] if isinstance(geometry, dict) else getattr(geometry, name)
+        v = tuple(int(i) for i in v)
+        if len(v) != n_spatial:
+            raise ValueError(f"{func}: geometry.{name} must have {n_spatial} entries, got {v}")
+        return v
+
+    return get("strides"), get("dilations"), get("pads_begin"), get("pads_end")
+
+
+def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path: str | None = None) -> np.ndarray:
+    """Exact N-D convolution accumulator (N, M, O...) int32, or its requantization (see module docstring)."""
+    func = "conv"
+    x = np.asarray(x)
+    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or x.ndim != packed.w.ndim:
+        raise ValueError(f"{func}: x must be an int8/uint8 array with {packed.w.ndim} dimensions, got {x.dtype} {x.shape}")
+    n_spatial = x.ndim - 2
+    if n_spatial > 3:
+        raise ValueError(f"{func}: at most 3 spatial dimensions are supported, got {n_spatial}")
+    strides, dilations, pads_begin, pads_end = _geometry(func, geometry, n_spatial)
+    group = packed.group
+    if isinstance(geometry, dict) and "group" in geometry or hasattr(geometry, "group"):
+        gg = geometry["group"] if isinstance(geometry, dict) else geometry.group
+        if int(gg) != group:
+            raise ValueError(f"{func}: geometry.group={gg} but the weights were packed with group={group}")
+    n_img, c_in = x.shape[:2]
+    if c_in != packed.group_channels * group:
+        raise ValueError(f"{func}: x has C={c_in} channels; the weights expect {packed.group_channels * group}")
+    m_total = packed.out_channels
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.int32 or bias.size != m_total:
+            raise ValueError(f"{func}: bias must be int32 with M={m_total} elements, got {bias.dtype} {bias.shape}")
+        bias = bias.reshape(-1)
+    za = int(np.asarray(x_zero_point).reshape(()))
+    kernel = packed.kernel
+    padded = tuple(x.shape[2 + i] + pads_begin[i] + pads_end[i] for i in range(n_spatial))
+    extent = tuple(dilations[i] * (kernel[i] - 1) + 1 for i in range(n_spatial))
+    out_sp = tuple((padded[i] - extent[i]) // strides[i] + 1 for i in range(n_spatial))
+    if any(o < 1 for o in out_sp):
+        raise ValueError(f"{func}: the dilated kernel {extent} is larger than the padded input {padded}")
+    out_shape = (n_img, m_total) + out_sp
+    positions = math.prod(out_sp)
+    rq = ig.Requant(func, requant, m_total, positions, weights_on_rows=True)
+    path = ig.current_path(path)
+    k_total = packed.group_channels * packed.taps
+
+    wide = packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
+    if path == "blas" or wide or x.size == 0 or m_total == 0 or k_total == 0:
+        acc = _fallback.conv_exact(func, x, za, packed.w, packed.w_zero_point, bias, group,
+                                   strides, dilations, pads_begin, pads_end)
+        if rq.mode == 0:
+            return acc
+        mult = rq.raw.reshape((1, -1) + (1,) * n_spatial) if rq.raw.size > 1 else rq.raw
+        return _fallback.requantize(acc, mult, rq.yzp, rq.y_dtype, rq.mode_name)
+
+    # to 3 spatial dims: size-1 leading dims with no padding
+    pad3 = 3 - n_spatial
+    kern3 = (1,) * pad3 + kernel
+    s3 = (1,) * pad3 + strides
+    d3 = (1,) * pad3 + dilations
+    pb3 = (0,) * pad3 + pads_begin
+    pe3 = (0,) * pad3 + pads_end
+    out3 = (1,) * pad3 + out_sp
+    x3 = x.reshape((n_img, c_in) + (1,) * pad3 + x.shape[2:])
+    if x.dtype == np.int8:
+        xu, zau = x3.view(np.uint8) ^ np.uint8(0x80), za + 128
+    else:
+        xu, zau = x3, za
+    if any(pb3) or any(pe3):
+        pshape = (n_img, c_in) + tuple(xu.shape[2 + i] + pb3[i] + pe3[i] for i in range(3))
+        xp = np.full(pshape, zau, np.uint8)
+        xp[(slice(None), slice(None)) + tuple(slice(pb3[i], pb3[i] + xu.shape[2 + i]) for i in range(3))] = xu
+    else:
+        xp = np.ascontiguousarray(xu)
+    dp, hp, wp = xp.shape[2:]
+    xflat = xp.reshape(-1)
+    out = np.empty(out_shape, rq.y_dtype)
+    flat = out.reshape(-1)
+    out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
+    out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
+    bias_full = bias if bias is not None else np.zeros(m_total, np.int32)
+
+    if packed.depthwise:
+        ig.call_parallel(_depthwise, xflat, np.int32(zau), packed.w_centered, bias_full, m_total // c_in,
+                         n_img, c_in, dp, hp, wp, kern3[0], kern3[1], kern3[2], d3[0], d3[1], d3[2],
+                         s3[0], s3[1], s3[2], out3[0], out3[1], out3[2],
+                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax, out32, out8)
+        return out
+
+    _op, mr, nv, lanes, g, _f = ig.PATHS[path]
+    nr = nv * lanes
+    cg = packed.group_channels
+    m_g = m_total // group
+    # input offset of each K index (c, kd, kh, kw) relative to the first input element of a window
+    plane = dp * hp * wp
+    c_i, kd_i, kh_i, kw_i = np.meshgrid(np.arange(cg), np.arange(kern3[0]), np.arange(kern3[1]),
+                                        np.arange(kern3[2]), indexing="ij")
+    koff = (c_i * plane + kd_i * d3[0] * hp * wp + kh_i * d3[1] * wp + kw_i * d3[2]).reshape(-1).astype(np.int64)
+    q_total = n_img * positions
+    npn = -(-q_total // nr)
+    q_idx = np.arange(npn * nr, dtype=np.int64)
+    col_off = (q_idx // positions) * (m_total * positions) + q_idx % positions
+    run = ig.tile_driver(path, bcast_unsigned=False)
+    for gi, pw in enumerate(packed.groups):
+        p_w, ks = pw.packed(path)
+        need_sum = pw.any_zw
+        q_x, colsum = ig.call_parallel(_pack_columns, xflat, koff, k_total, g, nr, n_img, c_in * plane,
+                                       gi * cg * plane, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2],
+                                       hp * wp, wp, need_sum)
+        mp = -(-m_g // mr)
+        zw = pw.zws
+        # C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]
+        rterm = np.zeros(mp * mr, np.int32)
+        rterm[:m_g] = ig.wrap_int32(bias_full[gi * m_g:(gi + 1) * m_g].astype(np.int64)
+                                    - zau * pw.colsum + k_total * zau * zw)
+        u1 = np.zeros(mp * mr, np.int32)
+        u1[:m_g] = zw
+        zeros_c = np.zeros(npn * nr, np.int32)
+        row_off = (np.arange(mp * mr, dtype=np.int64) + gi * m_g) * positions
+        if rq.rs:
+            mult = np.zeros(mp * mr, np.float64)
+            mult[:m_g] = rq.mult[gi * m_g:(gi + 1) * m_g]
+        else:
+            mult = rq.mult
+        mb, nb = ig.block_sizes(m_g, q_total, mr, nr, ks)
+        ig.call_parallel(run, p_w, q_x, ks, m_g, q_total, mb, nb, rterm, zeros_c, u1, colsum,
+                         np.zeros(mp * mr, np.int32), zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                         row_off, col_off, out32, out8)
+    return out

@@ -1,0 +1,531 @@
+"""Exact u8/s8 x u8/s8 -> int32 GEMM: the integer core of QLinearMatMul, MatMulInteger, QLinearConv, ConvInteger.
+
+Internal API (the ops call these; nothing here validates user input beyond what exactness needs):
+
+``pack_weights(w2d, w_zero_point, bias=None) -> PackedWeights``
+    w2d (K, N) int8/uint8, w_zero_point scalar or (N,) (per column, may differ). Packed once, reused.
+``gemm(a, a_zero_point, packed, bias=None, requant=None, path=None) -> ndarray``
+    a (M, K) int8/uint8, a_zero_point scalar or (M,) (per row). Returns the exact int32
+    ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N), or, with ``requant=(multiplier, y_zero_point, y_dtype, mode)``,
+    the requantized (M, N) array of y_dtype (int8/uint8) with the requantization fused into the store.
+    multiplier broadcasts against (M, N) (scalar, (N,), (M, 1) or (M, N)); mode "float64" (onnx reference
+    arithmetic) or "float32" (onnxruntime's); see :func:`qlinear.kernels._fallback.requantize`.
+``available_paths()``, ``default_path()``, ``force_path(name)`` (context manager), ``set_path(name)``
+    Which kernel runs; every path gives identical bits. Names, fastest first:
+    ``"avx512vnni"`` (vpdpbusd zmm), ``"avxvnni"`` (vpdpbusd ymm), ``"avx512bw"`` (vpmaddwd zmm),
+    ``"avx2"`` (vpmaddwd ymm), ``"blas"`` (exact float32 BLAS in chunks, NumPy only).
+    The environment variable QLINEAR_GEMM_PATH picks one at import (for tests and benchmarks).
+
+How it stays exact
+    8-bit operands are mapped to unsigned activations ``xu = x ^ 0x80`` (int8 x) and signed weights
+    ``ws = w ^ 0x80`` (uint8 w); zero points shift by 128 with them, so (x - x_zp) and (w - w_zp) are unchanged.
+    The kernels multiply the raw bytes (vpdpbusd: u8 x s8 quads, never saturating; vpmaddwd: int16 pairs) and
+    the store adds the zero-point corrections
+        sum (xu - zx)(ws - zw) = sum xu*ws - zw * sum xu - zx * sum ws + K * zx * zw.
+    Every step wraps modulo 2**32, which is a ring homomorphism, so the int32 result is exact whenever the
+    true sum fits in int32. That is checked before the kernel runs from a bound on the actual values,
+    ``max|x - x_zp| * sum_k |w - w_zp| + |bias|`` per output column; when the bound could leave int32 the
+    problem goes to the float64-accumulating BLAS path, which returns the exact sum or raises ValueError.
+    vpmaddubsw (saturating) is not used at all.
+
+Layouts (int32 groups of 4 bytes, or of 2 int16 for vpmaddwd, along K; K padded with zeros):
+    broadcast side P: [ceil(M/MR)][ksteps][MR],   vector side Q: [ceil(N/NR)][ksteps][NR].
+    For a GEMM the activations are P (rows of C) and the weights Q; for a convolution (im2col.py) the weights
+    are P (output channels) and the im2col columns Q (pixels), so the output is stored in NC... order.
+
+Threading: numba prange over (M-block x N-block) tasks, honouring numba.set_num_threads. Parallel calls are
+serialised by a lock when numba's threading layer is "workqueue" (which aborts on concurrent use).
+Compilation is lazy (nothing compiles at import) and cached on disk (cache=True).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import numpy as np
+
+from qlinear.kernels import _fallback
+
+try:  # numba is a dependency, but the BLAS path must keep working without it.
+    import numba
+    from numba import njit, prange
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only on installs without numba
+    numba = None
+    HAVE_NUMBA = False
+
+INT32_MAX = 2**31 - 1
+
+# path -> (microkernel op, MR, NV, lanes, bytes per group: 4 = u8 quads, 2 = int16 pairs, required CPU features)
+PATHS = {
+    "avx512vnni": ("dpbusd512", 8, 2, 16, 4, ("avx512f", "avx512bw", "avx512vnni")),
+    "avxvnni": ("dpbusd256", 6, 2, 8, 4, ("avx2", "avxvnni")),
+    "avx512bw": ("pmaddwd512", 8, 2, 16, 2, ("avx512f", "avx512bw")),
+    "avx2": ("pmaddwd256", 6, 2, 8, 2, ("avx2",)),
+    "blas": None,
+}
+PATH_ORDER = ("avx512vnni", "avxvnni", "avx512bw", "avx2", "blas")
+
+
+def _host_features() -> set[str]:
+    if not HAVE_NUMBA:
+        return set()
+    try:
+        import llvmlite.binding as llb
+
+        return {k for k, v in llb.get_host_cpu_features().items() if v}
+    except Exception:  # pragma: no cover - unknown CPU: stay on the portable path
+        return set()
+
+
+_FEATURES = None
+
+
+def available_paths() -> tuple[str, ...]:
+    """Paths this machine can run, fastest first ("blas" always)."""
+    global _FEATURES
+    if _FEATURES is None:
+        _FEATURES = _host_features()
+    return tuple(p for p in PATH_ORDER if PATHS[p] is None or all(f in _FEATURES for f in PATHS[p][5]))
+
+
+_forced = threading.local()
+_global_path = os.environ.get("QLINEAR_GEMM_PATH") or None
+
+
+def default_path() -> str:
+    return available_paths()[0]
+
+
+def set_path(name: str | None) -> None:
+    """Use path ``name`` for every later call in the process (None: back to the fastest available)."""
+    global _global_path
+    if name is not None:
+        _check_path(name)
+    _global_path = name
+
+
+@contextlib.contextmanager
+def force_path(name: str):
+    """Run the calls inside the block (in this thread) on path ``name``."""
+    _check_path(name)
+    old = getattr(_forced, "path", None)
+    _forced.path = name
+    try:
+        yield
+    finally:
+        _forced.path = old
+
+
+def _check_path(name: str) -> None:
+    if name not in PATHS:
+        raise ValueError(f"integer_gemm: unknown path {name!r}; one of {PATH_ORDER}")
+    if name not in available_paths():
+        raise ValueError(f"integer_gemm: path {name!r} needs CPU features this machine lacks; available: {available_paths()}")
+
+
+def current_path(path: str | None = None) -> str:
+    if path is not None:
+        _check_path(path)
+        return path
+    forced = getattr(_forced, "path", None)
+    if forced is not None:
+        return forced
+    if _global_path is not None:
+        _check_path(_global_path)
+        return _global_path
+    return default_path()
+
+
+# ----------------------------------------------------------------------------------------------- locking
+_parallel_lock = threading.Lock()
+_layer_is_safe = None  # None: unknown until the first parallel call returns
+
+
+def call_parallel(fn, *args):
+    """Call a parallel numba function; serialise calls when the threading layer cannot run them concurrently."""
+    global _layer_is_safe
+    if _layer_is_safe:
+        return fn(*args)
+    with _parallel_lock:
+        result = fn(*args)
+        if _layer_is_safe is None:
+            try:
+                _layer_is_safe = numba.threading_layer() != "workqueue"
+            except ValueError:  # pragma: no cover - no parallel region ran
+                pass
+        return result
+
+
+# ----------------------------------------------------------------------------------------------- numba parts
+if HAVE_NUMBA:
+
+    @njit(cache=True, inline="always")
+    def _requant_one(acc, m, mode, yzp, qmin, qmax):
+        # mode 1: float64(acc) * m + zp, clip, round half even (onnx reference)
+        # mode 2: float32(acc) * float32(m), clip to [qmin-zp, qmax-zp], round half even, + zp (onnxruntime)
+        if mode == 1:
+            y = np.float64(acc) * m + np.float64(yzp)
+            if y < qmin:
+                y = np.float64(qmin)
+            elif y > qmax:
+                y = np.float64(qmax)
+            return np.int64(np.rint(y))
+        else:
+            zp32 = np.float32(yzp)
+            y32 = np.float32(acc) * np.float32(m)
+            lo = np.float32(qmin) - zp32
+            hi = np.float32(qmax) - zp32
+            if y32 < lo:
+                y32 = lo
+            elif y32 > hi:
+                y32 = hi
+            return np.int64(np.rint(y32)) + np.int64(yzp)
+
+    @njit(cache=True)
+    def _epilogue(tile, ldt, i0, j0, mc, nc, rterm, cterm, u1, v1, u2, v2,
+                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        """C[i, j] = tile + rterm[i] + cterm[j] - u1[i] v1[j] - u2[i] v2[j]  (mod 2**32), then store or requantize."""
+        contiguous = col_off[j0 + nc - 1] - col_off[j0] == nc - 1
+        for r in range(mc):
+            i = i0 + r
+            rt = np.int64(rterm[i])
+            a1 = np.int64(u1[i])
+            a2 = np.int64(u2[i])
+            trow = r * ldt
+            if contiguous:
+                base = row_off[i] + col_off[j0]
+                if mode == 0:
+                    for c in range(nc):
+                        j = j0 + c
+                        out32[base + c] = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
+                                                   - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
+                else:
+                    mrow = i * mult_rs
+                    for c in range(nc):
+                        j = j0 + c
+                        acc = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
+                                       - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
+                        q = _requant_one(acc, mult[mrow + j * mult_cs], mode, yzp, qmin, qmax)
+                        out8[base + c] = np.uint8(q & 0xFF)
+            else:
+                for c in range(nc):
+                    j = j0 + c
+                    acc = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
+                                   - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
+                    dst = row_off[i] + col_off[j]
+                    if mode == 0:
+                        out32[dst] = acc
+                    else:
+                        q = _requant_one(acc, mult[i * mult_rs + j * mult_cs], mode, yzp, qmin, qmax)
+                        out8[dst] = np.uint8(q & 0xFF)
+
+    @njit(cache=True, parallel=True)
+    def _pack_rows(a, xor, g, mr, need_sum):
+        """Broadcast-side packing of a (M, K) uint8 matrix: [ceil(M/MR)][ksteps][MR] int32 groups + row sums."""
+        m_total, k = a.shape
+        ks = (k + g - 1) // g
+        npan = (m_total + mr - 1) // mr
+        packed = np.empty(npan * ks * mr, np.int32)
+        rowsum = np.zeros(npan * mr, np.int32)
+        kfull = k // g
+        shift = 8 if g == 4 else 16
+        for pan in prange(npan):
+            base = pan * ks * mr
+            for r in range(mr):
+                m = pan * mr + r
+                if m >= m_total:
+                    for s in range(ks):
+                        packed[base + s * mr + r] = 0
+                    continue
+                row = a[m]
+                for s in range(kfull):
+                    v = np.int64(0)
+                    for j in range(g):
+                        v |= np.int64(row[s * g + j] ^ xor) << (shift * j)
+                    packed[base + s * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
+                if kfull < ks:
+                    v = np.int64(0)
+                    for j in range(k - kfull * g):
+                        v |= np.int64(row[kfull * g + j] ^ xor) << (shift * j)
+                    packed[base + kfull * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
+                if need_sum:
+                    t = np.int64(0)
+                    for kk in range(k):
+                        t += np.int64(row[kk] ^ xor)
+                    rowsum[m] = np.int32(t)
+        return packed, rowsum
+
+
+_drivers: dict = {}
+
+
+def tile_driver(path: str, bcast_unsigned: bool):
+    """The parallel tile loop for ``path`` (compiled lazily, once per process; cached on disk)."""
+    key = (path, bcast_unsigned)
+    fn = _drivers.get(key)
+    if fn is not None:
+        return fn
+    from qlinear.kernels._microkernel import make_microkernel
+
+    op, mr, nv, lanes, _g, _feat = PATHS[path]
+    nr = nv * lanes
+    mk = make_microkernel(op, mr, nv, bcast_unsigned)
+
+    @njit(cache=True, parallel=True)
+    def run_tiles(P, Q, ksteps, m_total, n_total, mb, nb, rterm, cterm, u1, v1, u2, v2,
+                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mp = (m_total + mr - 1) // mr
+        npn = (n_total + nr - 1) // nr
+        n_mblocks = (mp + mb - 1) // mb
+        n_nblocks = (npn + nb - 1) // nb
+        for t in prange(n_mblocks * n_nblocks):
+            ib = t % n_mblocks
+            jb = t // n_mblocks
+            tile = np.empty(mr * nr, np.int32)
+            for jp in range(jb * nb, min(npn, (jb + 1) * nb)):
+                j0 = jp * nr
+                nc = min(nr, n_total - j0)
+                for ip in range(ib * mb, min(mp, (ib + 1) * mb)):
+                    i0 = ip * mr
+                    mk(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, tile, 0, nr)
+                    _epilogue(tile, nr, i0, j0, min(mr, m_total - i0), nc, rterm, cterm, u1, v1, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+
+    _drivers[key] = run_tiles
+    return run_tiles
+
+
+def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
+    """Panels per task along M and N: blocks that keep operands in L2, split until both threads have work."""
+    threads = numba.get_num_threads() if HAVE_NUMBA else 1
+    mp = -(-m_total // mr)
+    npn = -(-n_total // nr)
+    mb = max(1, min(mp, 192 // mr))
+    nb = max(1, min(npn, 384 // nr))
+    target = 4 * threads if threads > 1 else 1
+    while (-(-mp // mb)) * (-(-npn // nb)) < target and (mb > 1 or nb > 1):
+        if mb * mr >= nb * nr and mb > 1:
+            mb = -(-mb // 2)
+        elif nb > 1:
+            nb = -(-nb // 2)
+        else:
+            mb = -(-mb // 2)
+    return mb, nb
+
+
+def wrap_int32(v) -> np.ndarray:
+    """int64 values modulo 2**32 as int32 (the kernels' arithmetic)."""
+    v = np.asarray(v, dtype=np.int64)
+    return (((v + 2**31) & 0xFFFFFFFF) - 2**31).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------- requant args
+class Requant:
+    """Normalised requantization arguments: a flat float buffer with (row, col) strides, and output range."""
+
+    def __init__(self, func: str, requant, m_total: int, n_total: int, weights_on_rows: bool):
+        if requant is None:
+            self.mode = 0
+            self.y_dtype = np.dtype(np.int32)
+            self.mult = np.zeros(1, np.float64)
+            self.rs = self.cs = 0
+            self.yzp = self.qmin = self.qmax = 0
+            self.raw = None
+            return
+        multiplier, y_zero_point, y_dtype, mode = requant
+        y_dtype = np.dtype(y_dtype)
+        if y_dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+            raise ValueError(f"{func}: requant y_dtype must be int8 or uint8, got {y_dtype}")
+        if mode not in ("float64", "float32"):
+            raise ValueError(f"{func}: requant mode must be 'float64' or 'float32', got {mode!r}")
+        info = np.iinfo(y_dtype)
+        self.mode = 1 if mode == "float64" else 2
+        self.mode_name = mode
+        self.y_dtype = y_dtype
+        self.yzp = int(np.asarray(y_zero_point).reshape(()))
+        self.qmin, self.qmax = int(info.min), int(info.max)
+        m = np.asarray(multiplier)
+        if mode == "float32":
+            m = m.astype(np.float32)
+        m = m.astype(np.float64)  # exact for float32/float16/bfloat16 multipliers
+        # shape as (rows, cols) of the kernel's C, where "rows" are output channels for a convolution.
+        if weights_on_rows:  # convolution: scalar or per output channel (rows)
+            m = m.reshape(-1)
+            if m.size == 1:
+                self.mult, self.rs, self.cs = m, 0, 0
+            elif m.size == m_total:
+                self.mult, self.rs, self.cs = np.ascontiguousarray(m), 1, 0
+            else:
+                raise ValueError(f"{func}: requant multiplier must be a scalar or one per output channel ({m_total}), got {m.size}")
+        else:
+            try:
+                b = np.broadcast_to(m, (m_total, n_total))
+            except ValueError:
+                raise ValueError(f"{func}: requant multiplier of shape {m.shape} does not broadcast to {(m_total, n_total)}") from None
+            if m.size == 1:
+                self.mult, self.rs, self.cs = m.reshape(-1), 0, 0
+            elif m.shape in ((n_total,), (1, n_total)):
+                self.mult, self.rs, self.cs = np.ascontiguousarray(m).reshape(-1), 0, 1
+            elif m.shape == (m_total, 1):
+                self.mult, self.rs, self.cs = np.ascontiguousarray(m).reshape(-1), 1, 0
+            else:
+                self.mult, self.rs, self.cs = np.ascontiguousarray(b).reshape(-1), n_total, 1
+        self.raw = m
+
+
+# ----------------------------------------------------------------------------------------------- packed weights
+class PackedWeights:
+    """Weights (K, N) with per-column zero points, packed lazily per path and orientation.
+
+    ``orientation`` "cols": weights are the vector side Q (GEMM); "rows": the broadcast side P (convolution,
+    where the N weight columns become the rows of C).
+    """
+
+    def __init__(self, w2d: np.ndarray, w_zero_point, orientation: str = "cols"):
+        w2d = np.asarray(w2d)
+        if w2d.ndim != 2 or w2d.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+            raise ValueError(f"pack_weights: w2d must be a 2-D int8/uint8 array, got {w2d.dtype} {w2d.shape}")
+        k, n = w2d.shape
+        zp = np.asarray(w_zero_point)
+        if zp.size not in (1, n):
+            raise ValueError(f"pack_weights: w_zero_point must be a scalar or have {n} elements (one per column), got shape {zp.shape}")
+        zp = np.broadcast_to(zp.reshape(-1).astype(np.int64), (n,)).copy()
+        lo, hi = (-128, 127) if w2d.dtype == np.int8 else (0, 255)
+        if zp.min(initial=0) < lo or zp.max(initial=0) > hi:
+            raise ValueError(f"pack_weights: w_zero_point must lie in [{lo}, {hi}] for {w2d.dtype} weights")
+        self.k, self.n = k, n
+        self.orientation = orientation
+        self.w = np.ascontiguousarray(w2d)
+        self.w_zero_point = zp
+        # signed view of the weights: ws = w ^ 0x80 for uint8 (== w - 128), zero point shifted alike
+        if w2d.dtype == np.uint8:
+            self.ws = (self.w ^ np.uint8(0x80)).view(np.int8)
+            self.zws = zp - 128
+        else:
+            self.ws = self.w
+            self.zws = zp
+        centred = self.ws.astype(np.int64) - self.zws[None, :]
+        self.abs_colsum = np.abs(centred).sum(axis=0) if k else np.zeros(n, np.int64)  # sum_k |w - zw|, int64
+        self.colsum = self.ws.astype(np.int64).sum(axis=0)  # sum_k ws
+        self.any_zw = bool(np.any(self.zws != 0))
+        self._packed: dict = {}
+
+    def packed(self, path: str) -> tuple[np.ndarray, int]:
+        """(packed int32 groups, ksteps) for ``path`` in this orientation."""
+        got = self._packed.get(path)
+        if got is None:
+            got = self._pack(path)
+            self._packed[path] = got
+        return got
+
+    def _pack(self, path: str):
+        _op, mr, nv, lanes, g, _f = PATHS[path]
+        k, n = self.k, self.n
+        ks = -(-k // g) if k else 0
+        tile = mr if self.orientation == "rows" else nv * lanes
+        npan = -(-n // tile)
+        dt = np.int8 if g == 4 else np.int16
+        wpad = np.zeros((ks * g, npan * tile), dt)
+        wpad[:k, :n] = self.ws
+        # [panel][kstep][tile][g]: group g consecutive k values of one column into one int32
+        arr = wpad.reshape(ks, g, npan, tile).transpose(2, 0, 3, 1)
+        arr = np.ascontiguousarray(arr).view(np.int32).reshape(-1)
+        return arr, ks
+
+    def bound(self, x_abs_max: int, bias) -> int:
+        """Largest possible |sum_k (x - x_zp)(w - w_zp) + bias| given max|x - x_zp|."""
+        b = self.abs_colsum * np.int64(x_abs_max)
+        if bias is not None:
+            b = b + np.abs(np.asarray(bias, dtype=np.int64))
+        return int(b.max(initial=0))
+
+
+def pack_weights(w2d, w_zero_point) -> PackedWeights:
+    """Pack GEMM weights (K, N) once; see :class:`PackedWeights`."""
+    return PackedWeights(w2d, w_zero_point, "cols")
+
+
+def activation_abs_max(x: np.ndarray, x_zero_point) -> int:
+    """max |x - x_zp| over the data (per-row zero points allowed for a GEMM)."""
+    if x.size == 0:
+        return 0
+    zp = np.asarray(x_zero_point, dtype=np.int64)
+    return int(max(int(x.max()) - int(zp.min()), int(zp.max()) - int(x.min()), 0))
+
+
+# ----------------------------------------------------------------------------------------------- gemm
+def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None) -> np.ndarray:
+    """Exact ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N) int32, or its requantization (see module docstring)."""
+    func = "gemm"
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise ValueError(f"{func}: a must be a 2-D int8/uint8 array, got {a.dtype} {a.shape}")
+    if packed.orientation != "cols":
+        raise ValueError(f"{func}: packed weights come from prepack_conv; use pack_weights for a GEMM")
+    m_total, k = a.shape
+    if k != packed.k:
+        raise ValueError(f"{func}: a has K={k} columns but the packed weights have K={packed.k} rows")
+    n_total = packed.n
+    za = np.asarray(a_zero_point).astype(np.int64).reshape(-1)
+    if za.size not in (1, m_total):
+        raise ValueError(f"{func}: a_zero_point must be a scalar or have {m_total} elements (one per row), got {za.size}")
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.int32 or bias.size != n_total:
+            raise ValueError(f"{func}: bias must be int32 with {n_total} elements, got {bias.dtype} {bias.shape}")
+        bias = bias.reshape(-1)
+    rq = Requant(func, requant, m_total, n_total, weights_on_rows=False)
+    path = current_path(path)
+    out_shape = (m_total, n_total)
+
+    wide = packed.bound(activation_abs_max(a, za), bias) > INT32_MAX
+    if path == "blas" or wide or m_total == 0 or n_total == 0 or k == 0:
+        acc = _fallback.gemm_exact(func, a, za, packed.w, packed.w_zero_point, bias) if k or bias is not None \
+            else np.zeros(out_shape, np.int32)
+        if k == 0 and bias is not None:
+            acc = np.broadcast_to(bias.reshape(1, -1), out_shape).astype(np.int32)
+        if rq.mode == 0:
+            return acc
+        return _fallback.requantize(acc, rq.raw, rq.yzp, rq.y_dtype, rq.mode_name)
+
+    _op, mr, nv, lanes, g, _f = PATHS[path]
+    nr = nv * lanes
+    # unsigned activations: xor 0x80 for int8 (zero point shifts by 128)
+    if a.dtype == np.int8:
+        au, xor, zau = a.view(np.uint8), 0x80, za + 128
+    else:
+        au, xor, zau = a, 0, za
+    au = np.ascontiguousarray(au)
+    q_w, ks = packed.packed(path)
+    need_rowsum = packed.any_zw
+    p_a, rowsum = call_parallel(_pack_rows, au, np.uint8(xor), g, mr, need_rowsum)
+    mp = -(-m_total // mr)
+    npn = -(-n_total // nr)
+    # corrections: C = acc - zw[j]*rowsum[i] - zau[i]*colsum[j] + K*zau[i]*zw[j] + bias[j]
+    #            = acc + cterm[j] - u1[i] v1[j] - u2[i] v2[j],  u1 = rowsum, v1 = zw, u2 = zau, v2 = colsum - K*zw
+    zw = packed.zws
+    cterm = np.zeros(npn * nr, np.int32)
+    if bias is not None:
+        cterm[:n_total] = bias
+    v1 = np.zeros(npn * nr, np.int32)
+    v1[:n_total] = zw
+    v2 = np.zeros(npn * nr, np.int32)
+    v2[:n_total] = wrap_int32(packed.colsum - k * zw)
+    u2 = np.zeros(mp * mr, np.int32)
+    u2[:m_total] = np.broadcast_to(zau, (m_total,))
+    rterm = np.zeros(mp * mr, np.int32)
+    row_off = np.arange(mp * mr, dtype=np.int64) * n_total
+    col_off = np.arange(npn * nr, dtype=np.int64)
+    out = np.empty(out_shape, rq.y_dtype)
+    flat = out.reshape(-1)
+    out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
+    out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
+    mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
+    run = tile_driver(path, bcast_unsigned=True)
+    call_parallel(run, p_a, q_w, ks, m_total, n_total, mb, nb, rterm, cterm, rowsum, v1, u2, v2,
+                  rq.mult, rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off, col_off, out32, out8)
+    return out
