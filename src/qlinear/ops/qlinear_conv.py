@@ -210,7 +210,8 @@ def qlinear_conv(
     qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
 
     channel_shape = (1, out_channels) + (1,) * (x.ndim - 2)
-    multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
+    with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
+        multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
     _check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
     return _requantize(acc, multiplier, y_zero_point, requantize)
 

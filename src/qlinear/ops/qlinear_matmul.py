@@ -149,7 +149,8 @@ def qlinear_matmul(
 
     acc = _matmul_accumulate(a2, a_zero_point, b2, b_zero_point)
     qa.check_int32(func, acc, "(a - a_zero_point) @ (b - b_zero_point)")
-    multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
+    with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
+        multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
     if not np.all(np.isfinite(multiplier.astype(np.float64))):
         raise ValueError(f"{func}: a_scale * b_scale / y_scale overflows {multiplier.dtype}; the requantization multiplier must be finite")
     y = _requantize(acc, multiplier, y_zero_point, requantize)
