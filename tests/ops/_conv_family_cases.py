@@ -139,3 +139,100 @@ def conv_cases(draw, n_spatial=(1, 2, 3), type_combos=None, per_channel=(False, 
                   "kernel_shape": kernel if give_kernel_shape else None}
     return ConvCase(x, np.asarray(x_scale), np.asarray(x_zero_point), w, np.asarray(w_scale), np.asarray(w_zero_point),
                     np.asarray(y_scale), np.asarray(y_zero_point), B, attributes, mode)
+
+
+@dataclass
+class MatMulCase:
+    a: np.ndarray
+    a_scale: np.ndarray
+    a_zero_point: np.ndarray
+    b: np.ndarray
+    b_scale: np.ndarray
+    b_zero_point: np.ndarray
+    y_scale: np.ndarray
+    y_zero_point: np.ndarray
+    a_granularity: str  # "tensor", "row-vector" (an (M,) vector for a 2-D a), "row"
+    b_granularity: str  # "tensor", "column-vector" (an (N,) vector), "column", "column-exact" (b's batch dims)
+    values: str = "random"
+
+    def args(self):
+        return (self.a, self.a_scale, self.a_zero_point, self.b, self.b_scale, self.b_zero_point,
+                self.y_scale, self.y_zero_point)
+
+    def onnx_inputs(self):
+        names = ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point")
+        return list(zip(names, self.args()))
+
+
+def _batch_shapes(draw):
+    """Two batch shapes that broadcast (numpy.matmul rules), each of rank 0..2."""
+    rank = draw(st.integers(0, 2))
+    full = [draw(st.integers(1, 3)) for _ in range(rank)]
+    a_rank, b_rank = draw(st.integers(0, rank)), draw(st.integers(0, rank))
+    a_batch = [d if draw(st.booleans()) else 1 for d in full[rank - a_rank:]]
+    b_batch = [d if draw(st.booleans()) else 1 for d in full[rank - b_rank:]]
+    return tuple(a_batch), tuple(b_batch)
+
+
+@st.composite
+def matmul_cases(draw, type_combos=None, scale_types=(np.float32,), a_granularities=("tensor", "row-vector", "row"),
+                 b_granularities=("tensor", "column-vector", "column"), values=VALUE_MODES, allow_vectors=True):
+    """Random QLinearMatMul / MatMulInteger cases: broadcast batches, 1-D operands, every granularity."""
+    if type_combos is None:
+        type_combos = [(x, w, y) for x in INT8_TYPES for w in INT8_TYPES for y in INT8_TYPES]
+    a_dtype, b_dtype, y_dtype = (np.dtype(t) for t in draw(st.sampled_from(type_combos)))
+    scale_dtype = np.dtype(draw(st.sampled_from(scale_types)))
+    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 12)), draw(st.integers(1, 6))
+    a_batch, b_batch = _batch_shapes(draw)
+    a_vector = allow_vectors and draw(st.integers(0, 5)) == 0
+    b_vector = allow_vectors and draw(st.integers(0, 5)) == 0
+    a_shape = (k,) if a_vector else a_batch + (m, k)
+    b_shape = (k,) if b_vector else b_batch + (k, n)
+    mode = draw(st.sampled_from(values))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    high_a, high_b = bool(rng.integers(2)), bool(rng.integers(2))
+    a = quantized_values(rng, a_dtype, a_shape, mode, high_side=high_a)
+    b = quantized_values(rng, b_dtype, b_shape, mode, high_side=high_b, weights=True)
+
+    a_gran = "tensor" if a_vector else draw(st.sampled_from(a_granularities))
+    if a_gran == "row-vector" and len(a_shape) != 2:
+        a_gran = "row"
+    b_gran = "tensor" if b_vector else draw(st.sampled_from(b_granularities))
+    if a_gran == "tensor":
+        a_param_shape = draw(st.sampled_from([(), (1,)]))
+    elif a_gran == "row-vector":
+        a_param_shape = (m,)
+    else:
+        a_param_shape = tuple(d if draw(st.booleans()) else 1 for d in a_shape[:-2]) + (m, 1)
+    if b_gran == "tensor":
+        b_param_shape = draw(st.sampled_from([(), (1,)]))
+    elif b_gran == "column-vector":
+        b_param_shape = (n,)
+    elif b_gran == "column-exact":
+        b_param_shape = b_shape[:-2] + (1, n)
+    else:
+        b_param_shape = tuple(d if draw(st.booleans()) else 1 for d in b_shape[:-2]) + (1, n)
+
+    def zero_points(dtype, shape, high):
+        if mode == "extreme":
+            return np.full(shape, extreme_zero_point(dtype, high), dtype)
+        info = np.iinfo(dtype)
+        if mode == "narrow" and dtype == np.int8:
+            return np.zeros(shape, dtype)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+    a_zero_point = zero_points(a_dtype, a_param_shape, high_a)
+    b_zero_point = zero_points(b_dtype, b_param_shape, high_b)
+    a_scale = log_uniform_scales(rng, a_param_shape)
+    b_scale = log_uniform_scales(rng, b_param_shape)
+    typical = 74.0 * 74.0 * math.sqrt(k) if mode != "extreme" else 255.0 * 255.0 * k
+    y_scale = np.float32(float(np.mean(a_scale)) * float(np.mean(b_scale)) * typical / 64.0 * rng.uniform(0.25, 4.0))
+    if scale_dtype == np.float16:
+        y_scale = max(y_scale, np.float32(1e-4))  # stay clear of float16's subnormals
+    y_info = np.iinfo(y_dtype)
+    y_zero_point = np.asarray(y_dtype.type(rng.integers(y_info.min, y_info.max + 1)))
+    y_param_shape = draw(st.sampled_from([(), (1,)]))
+    return MatMulCase(
+        a, a_scale.astype(scale_dtype), a_zero_point, b, b_scale.astype(scale_dtype), b_zero_point,
+        np.full(y_param_shape, y_scale).astype(scale_dtype), y_zero_point.reshape(y_param_shape), a_gran, b_gran, mode,
+    )
