@@ -14,10 +14,16 @@ def dynamic_quantize_linear(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     Returns ``(y, y_scale, y_zero_point)``: uint8 of x's shape, a 0-d float32 and a 0-d uint8. The range is
     widened to include 0. An all-zero (or empty) x, where the spec's formula divides 0 by 0, gives scale
     1/255 as the onnx reference does (onnxruntime gives 1.0); y and the zero point are 0 either way.
-    NaN and infinite values are rejected: the spec gives them no meaningful scale.
+    NaN and infinite values are rejected, and so is a range ``max(x, 0) - min(x, 0)`` that overflows float32
+    (beyond 3.4e38): the spec's scale would be infinite and every output 0.
     """
     func = "dynamic_quantize_linear"
     x = qa.quantized_tensor(func, "x", x, allowed=(np.dtype(np.float32),))
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{func}: x must be finite (no NaN or infinity): the scale would be undefined")
+    if x.size:
+        with np.errstate(over="ignore"):
+            data_range = np.maximum(np.float32(0), x.max()) - np.minimum(np.float32(0), x.min())
+        if not np.isfinite(data_range):
+            raise ValueError(f"{func}: the range max(x, 0) - min(x, 0) overflows float32; the scale would be infinite")
     return _reference_dynamic_quantize_linear(x)
