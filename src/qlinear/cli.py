@@ -1,0 +1,218 @@
+"""The ``qlinear`` command: quantize the weights people have and show what it cost and saved.
+
+Each subcommand registers itself in `build_parser` with one ``_add_<name>`` call; its parser sets
+``run=<function(args) -> int>`` with ``set_defaults``, and `main` calls it. The work itself lives in
+modules (`qlinear.io`, `qlinear.calibrate`, `qlinear.report`), imported when the subcommand runs so
+that ``qlinear --help`` stays fast and never imports onnx.
+
+User errors (bad file, unknown dtype, a tensor that cannot take the granularity, ...) are raised as
+`qlinear.io.errors.UserError`; `main` prints them as one line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as a single line (exit status 2, as argparse's own)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+MAIN_EPILOG = """\
+examples:
+  qlinear quantize examples/digits_mlp.onnx --dtype int4 --block-size 32 -o /tmp/digits_mlp-int4.onnx
+  qlinear quantize model.safetensors --dtype int8 --granularity axis --axis 0 -o model-int8.safetensors
+  qlinear dequantize model-int8.safetensors -o model-restored.safetensors
+  qlinear conformance
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="qlinear",
+        description="Quantize NumPy, safetensors and ONNX weights with the exact ONNX QuantizeLinear semantics, "
+        "and report the accuracy cost and the bytes saved.",
+        epilog=MAIN_EPILOG,
+        formatter_class=_FORMATTER,
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"qlinear {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_quantize(commands)
+    _add_dequantize(commands)
+    _add_conformance(commands)
+    # --- `qlinear bench` (kernels work) registers here: _add_bench(commands) -------------------------
+    return parser
+
+
+# ----------------------------------------------------------------------------------------------------
+# qlinear quantize
+
+QUANTIZE_EPILOG = """\
+examples:
+  qlinear quantize examples/digits_mlp.onnx --dtype int4 --block-size 32 -o /tmp/digits_mlp-int4.onnx
+  qlinear quantize weights.npz --dtype int8 --symmetric -o weights-int8.npz
+  qlinear quantize model.safetensors --dtype float8e4m3fn --granularity axis --axis 0 --exclude '*.bias'
+
+Tensor files (.npy, .npz, .safetensors) are written in the same format (a .npy input gives a .npz):
+for each tensor NAME the quantized values (2/4-bit types in ONNX's packed layout), NAME.scale and
+NAME.zero_point, plus metadata so that `qlinear dequantize` restores the float tensors. ONNX models
+become QDQ models: each selected float initializer is replaced by a quantized initializer and a
+DequantizeLinear node (the opset is raised when the type or granularity needs it).
+
+Default axis: per-axis 0 and blocked the last axis for tensor files; for ONNX weights the output
+channel (per-axis) and the reduction dimension K (blocked) of the MatMul/Gemm/Conv that reads them.
+"""
+
+
+def _add_quantize(commands) -> None:
+    p = commands.add_parser(
+        "quantize", help="quantize a .npy/.npz/.safetensors file or an ONNX model",
+        description="Quantize every selected float tensor with scales and zero points calibrated from its "
+        "min/max (or absmax with --symmetric), per tensor, per axis or per block, then report the error and "
+        "the bytes saved.",
+        epilog=QUANTIZE_EPILOG, formatter_class=_FORMATTER,
+    )
+    p.add_argument("input", metavar="INPUT", help="a .npy, .npz, .safetensors or .onnx file")
+    p.add_argument("-o", "--output", metavar="OUTPUT",
+                   help="where to write (default: INPUT's name with the dtype added, beside INPUT)")
+    p.add_argument("--dtype", required=True, metavar="TYPE",
+                   help="the quantized type: int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8e4m3fn, "
+                   "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, float6e2m3, float6e3m2")
+    p.add_argument("--granularity", choices=("tensor", "axis", "block"),
+                   help="one scale per tensor, per slice along --axis, or per block of --block-size elements "
+                   "along --axis (default: block when --block-size is given, axis when --axis is given, else tensor)")
+    p.add_argument("--axis", type=int, metavar="N", help="the axis of per-axis or blocked quantization")
+    p.add_argument("--block-size", type=int, metavar="B", help="elements per block (blocked quantization)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="integer types: scale from absmax, zero point 0 (signed) or the middle code (unsigned); "
+                   "float8/float4 are always symmetric")
+    p.add_argument("--include", action="append", metavar="GLOB", default=[],
+                   help="quantize only tensors whose name matches (repeatable); for ONNX, any initializer")
+    p.add_argument("--exclude", action="append", metavar="GLOB", default=[],
+                   help="never quantize tensors whose name matches (repeatable)")
+    p.add_argument("--min-elements", type=int, metavar="N",
+                   help="leave tensors with fewer elements alone (default: 1024 for ONNX models, 1 for tensor files)")
+    p.add_argument("--eval", metavar="NPZ", dest="eval_data",
+                   help="ONNX: a .npz with one array per model input plus 'labels', to measure accuracy before and "
+                   "after (default: INPUT's stem + '.eval.npz' when that file exists)")
+    p.add_argument("--no-eval", action="store_true", help="ONNX: do not measure accuracy")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write a PNG per tensor (histogram with the quantization levels, per-channel/per-block "
+                   "error); needs matplotlib (pip install 'qlinear[plot]')")
+    p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+    p.set_defaults(run=_run_quantize)
+
+
+def _run_quantize(args) -> int:
+    from .io.commands import quantize_command
+
+    return quantize_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# qlinear dequantize
+
+DEQUANTIZE_EPILOG = """\
+examples:
+  qlinear dequantize weights-int8.npz -o weights-restored.npz
+  qlinear dequantize model-int4.safetensors -o model-restored.safetensors
+
+INPUT must be a file written by `qlinear quantize`; the float tensors come back under their original
+names and types, and the tensors that were copied through are copied back unchanged.
+"""
+
+
+def _add_dequantize(commands) -> None:
+    p = commands.add_parser(
+        "dequantize", help="restore the float tensors of a file written by `qlinear quantize`",
+        description="The inverse of `qlinear quantize` for tensor files (.npz, .safetensors).",
+        epilog=DEQUANTIZE_EPILOG, formatter_class=_FORMATTER,
+    )
+    p.add_argument("input", metavar="INPUT", help="a .npz or .safetensors file written by qlinear quantize")
+    p.add_argument("-o", "--output", metavar="OUTPUT", required=True,
+                   help="where to write (.npz, .safetensors, or .npy for a single tensor)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+    p.set_defaults(run=_run_dequantize)
+
+
+def _run_dequantize(args) -> int:
+    from .io.commands import dequantize_command
+
+    return dequantize_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# qlinear conformance
+
+CONFORMANCE_EPILOG = """\
+examples:
+  qlinear conformance
+  qlinear conformance --json
+
+Needs the peers: pip install 'qlinear[conformance]' (onnx, onnxruntime, tensorflow-cpu).
+"""
+
+
+def _add_conformance(commands) -> None:
+    p = commands.add_parser(
+        "conformance", help="run the official ONNX backend cases and TensorFlow's test vectors through qlinear",
+        description="Run every official ONNX backend case of the operators qlinear implements, and TensorFlow's "
+        "QuantizeV2/Dequantize on a fixed set of vectors, through qlinear; print a pass table per operator.",
+        epilog=CONFORMANCE_EPILOG, formatter_class=_FORMATTER,
+    )
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    p.set_defaults(run=_run_conformance)
+
+
+def _run_conformance(args) -> int:
+    from .conformance import conformance_command
+
+    return conformance_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+
+
+def _terminate(signum, frame):
+    # SIGTERM unwinds like Ctrl-C, so half-written temporary outputs are removed on the way out.
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from .io.errors import UserError
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (main() called from a thread): keep the default
+        previous = None
+    try:
+        return int(args.run(args) or 0)
+    except UserError as error:
+        print(f"qlinear {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"qlinear {args.command}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
