@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.ops.qlinear_conv import conv_geometry, conv_integer
 from qlinear.reference.conv import conv_accumulate
 
@@ -95,7 +96,7 @@ def test_largest_exact_sum_and_overflow():
     np.testing.assert_array_equal(got, expected, strict=True)
     assert got.item() == -255 * 255 * k
     x1, w1 = np.full((1, k + 1, 1, 1), 255, np.uint8), np.zeros((1, k + 1, 1, 1), np.uint8)
-    with pytest.raises(OverflowError, match=r"conv_integer: the exact accumulator .* leaves the int32 range: -2147515650"):
+    with pytest.raises(AccumulatorOverflowError, match=r"conv_integer: the exact accumulator .* leaves the int32 range: -2147515650"):
         conv_integer(x1, w1, np.uint8(0), w_zp)
 
 

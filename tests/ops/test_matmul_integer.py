@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.ops.qlinear_matmul import matmul_integer
 from qlinear.reference.matmul import matmul_accumulate
 
@@ -77,7 +78,7 @@ def test_largest_exact_sum_and_overflow():
     expected = run_onnxruntime(model_of(a, b, np.asarray(np.uint8(0)), np.asarray(b_zp)), a)[0]
     np.testing.assert_array_equal(matmul_integer(a, b, np.uint8(0), b_zp), expected, strict=True)
     assert expected[0, 0] == -2147450625
-    with pytest.raises(OverflowError, match=r"matmul_integer: the exact accumulator .* leaves the int32 range: -2147515650"):
+    with pytest.raises(AccumulatorOverflowError, match=r"matmul_integer: the exact accumulator .* leaves the int32 range: -2147515650"):
         matmul_integer(np.full((1, k + 1), 255, np.uint8), np.zeros((k + 1, 2), np.uint8), np.uint8(0), b_zp)
 
 

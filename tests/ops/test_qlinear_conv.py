@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.ops.qlinear_conv import conv_geometry, qlinear_conv
 from qlinear.reference.conv import conv_accumulate
 from qlinear.reference.requantize import requantize, requantize_multiplier
@@ -215,11 +216,12 @@ def test_requantization_modes_differ_where_the_peers_differ():
 
 
 def test_accumulator_leaving_int32_is_an_error():
+    assert issubclass(AccumulatorOverflowError, ValueError) and issubclass(AccumulatorOverflowError, OverflowError)
     x = np.full((1, 1, 1, 1), 255, np.uint8)
     w = np.full((1, 1, 1, 1), 255, np.uint8)
     args = (x, f32(1.0), np.uint8(0), w, f32(1.0), np.uint8(0), f32(1.0), np.uint8(0))
     # 65025 + (2**31 - 65025) = 2**31: one past int32.
-    with pytest.raises(OverflowError, match=r"qlinear_conv: the exact accumulator .* leaves the int32 range: 2147483648"):
+    with pytest.raises(AccumulatorOverflowError, match=r"qlinear_conv: the exact accumulator .* leaves the int32 range: 2147483648"):
         qlinear_conv(*args, np.array([2**31 - 65025], np.int32))
     assert qlinear_conv(*args, np.array([2**31 - 65026], np.int32)).item() == 255
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.ops.qlinear_matmul import qlinear_matmul
 from qlinear.reference.matmul import matmul_accumulate
 from qlinear.reference.requantize import requantize, requantize_multiplier
@@ -170,7 +171,7 @@ def test_accumulator_leaving_int32_is_an_error():
     k = 33026  # 33026 * 255 * 255 > 2**31 - 1
     a = np.full((1, k), 255, np.uint8)
     b = np.zeros((k, 1), np.uint8)
-    with pytest.raises(OverflowError, match=r"qlinear_matmul: the exact accumulator .* leaves the int32 range"):
+    with pytest.raises(AccumulatorOverflowError, match=r"qlinear_matmul: the exact accumulator .* leaves the int32 range"):
         qlinear_matmul(a, f32(1), np.uint8(0), b, f32(1), np.uint8(255), f32(1), np.uint8(0))
 
 

@@ -15,6 +15,13 @@ INT8_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
+class AccumulatorOverflowError(ValueError, OverflowError):
+    """The exact integer accumulator leaves int32, the specs' accumulator type (never wrapped silently).
+
+    Both a ValueError (the inputs are outside what the operator can represent) and an OverflowError.
+    """
+
+
 def _dtype_names(dtypes) -> str:
     return " or ".join(str(np.dtype(d)) for d in dtypes)
 
@@ -118,4 +125,4 @@ def check_int32(func: str, acc: np.ndarray, what: str) -> None:
     low, high = int(acc.min()), int(acc.max())
     if low < INT32_MIN or high > INT32_MAX:
         bad = high if high > INT32_MAX else low
-        raise OverflowError(f"{func}: the exact accumulator ({what}) leaves the int32 range: {bad}")
+        raise AccumulatorOverflowError(f"{func}: the exact accumulator ({what}) leaves the int32 range: {bad}")

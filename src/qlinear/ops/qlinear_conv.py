@@ -12,9 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from qlinear.ops import _quant_args as qa
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.conv import conv_accumulate as _reference_conv_accumulate
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
 from qlinear.reference.requantize import requantize as _requantize
+
+__all__ = ["qlinear_conv", "conv_integer", "AccumulatorOverflowError", "ConvGeometry", "conv_geometry"]
 
 AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -181,7 +184,7 @@ def qlinear_conv(
     ``w_scale`` and ``w_zero_point`` are per tensor or per output channel (1-D of length M, zero points
     may differ). ``requantize="float64"`` (default) reproduces the onnx reference evaluator's
     arithmetic, ``"float32"`` onnxruntime's; see docs/semantics.md.
-    Raises OverflowError when the exact accumulator leaves int32.
+    Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
     """
     func = "qlinear_conv"
     _check_requantize_mode(func, requantize)
@@ -231,8 +234,9 @@ def conv_integer(
 ) -> np.ndarray:
     """ONNX ConvInteger-10: the exact int32 convolution of ``x - x_zero_point`` and ``w - w_zero_point``.
 
-    Zero points default to 0; ``w_zero_point`` may be per output channel. Raises OverflowError when the
-    exact sum leaves int32 (the spec's accumulator type) instead of wrapping.
+    Zero points default to 0; ``w_zero_point`` may be per output channel. Raises AccumulatorOverflowError
+    (a ValueError and an OverflowError) when the exact sum leaves int32, the spec's accumulator type,
+    instead of wrapping.
     """
     func = "conv_integer"
     x = qa.quantized_tensor(func, "x", x)

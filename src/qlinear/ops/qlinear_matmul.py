@@ -15,9 +15,12 @@ import ml_dtypes
 import numpy as np
 
 from qlinear.ops import _quant_args as qa
+from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.matmul import matmul_accumulate as _reference_matmul_accumulate
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
 from qlinear.reference.requantize import requantize as _requantize
+
+__all__ = ["qlinear_matmul", "matmul_integer", "AccumulatorOverflowError"]
 
 # What each QLinearMatMul opset allows for the scales (TS; one type for all three). Keys are since_version.
 # Opset 21 also lists float8 types for a, b and y; qlinear implements the int8/uint8 ones.
@@ -117,7 +120,7 @@ def qlinear_matmul(
     ``(a - a_zero_point) @ (b - b_zero_point)``. Scales are float32 (opset 10) or float32/float16/bfloat16
     (opset 21, the default when ``opset`` is None), all three of one type. ``requantize="float64"``
     (default) reproduces the onnx reference evaluator, ``"float32"`` onnxruntime; see docs/semantics.md.
-    Raises OverflowError when the exact accumulator leaves int32.
+    Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
     """
     func = "qlinear_matmul"
     if opset is None:
@@ -161,7 +164,7 @@ def matmul_integer(A, B, a_zero_point=None, b_zero_point=None) -> np.ndarray:
     """ONNX MatMulInteger-10: the exact int32 ``(A - a_zero_point) @ (B - b_zero_point)``.
 
     Zero points default to 0; a_zero_point may be per row of A, b_zero_point per column of B. Raises
-    OverflowError when the exact sum leaves int32 instead of wrapping.
+    AccumulatorOverflowError (a ValueError and OverflowError) when the exact sum leaves int32 instead of wrapping.
     """
     func = "matmul_integer"
     A = qa.quantized_tensor(func, "A", A)
