@@ -27,16 +27,28 @@ def _has_dtype(value) -> bool:
     return isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "dtype")
 
 
-def _array(value, function: str, name: str, default: ElementType | None, allowed: tuple[str, ...], schema) -> tuple[np.ndarray, ElementType]:
+def is_dask_array(value) -> bool:
+    """A dask array, recognised without importing dask (qlinear does not need it to be installed)."""
+    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
+
+
+def _array(value, function: str, name: str, default: ElementType | None, allowed: tuple[str, ...], schema,
+           keep_lazy: bool = False) -> tuple[np.ndarray, ElementType]:
     """Convert an argument to an array whose type is one of ``allowed``.
 
     Values without a dtype (Python scalars and lists) take ``default``; arrays keep their dtype,
-    which must be allowed (no silent conversions of a float64 array, for instance).
+    which must be allowed (no silent conversions of a float64 array, for instance). A dask array
+    stays lazy with ``keep_lazy`` (x); scales and zero points are small and are computed.
     """
     if value is None:
         raise TypeError(f"{function}: {name} is required, got None")
     if _has_dtype(value):
-        array = np.asarray(value)
+        array = value if keep_lazy and is_dask_array(value) else np.asarray(value)
+        if any(isinstance(d, float) for d in array.shape):  # dask marks unknown sizes with NaN
+            raise ValueError(
+                f"{function}: {name} has unknown dimensions (a dask array with chunks of unknown size); "
+                f"call .compute_chunk_sizes() first"
+            )
         kind = dtypes.element_type_of(array)
         if kind is None or kind.onnx_name not in allowed:
             raise TypeError(
@@ -99,18 +111,8 @@ def _division_dtype(scale_type: ElementType) -> np.dtype:
 _PRECISIONS = ("float", "float16", "bfloat16", "double")
 
 
-def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
-                    saturate=1, precision=None, opset=None) -> np.ndarray:
-    """ONNX QuantizeLinear: ``y = saturate(round(x / y_scale) + y_zero_point)``, rounding half to even.
-
-    Args and defaults are those of the ONNX operator; ``opset`` selects the schema version (None: 28).
-    The output type is ``y_zero_point``'s dtype, else ``output_dtype``, else uint8. Sub-byte and small
-    float outputs are ml_dtypes arrays, one element per byte (see `qlinear.pack`).
-
-    >>> import numpy as np, qlinear
-    >>> qlinear.quantize_linear(np.array([0, 2, 3, 1000, -254, -1000], np.float32), np.float32(2), np.uint8(128))
-    array([128, 129, 130, 255,   1,   0], dtype=uint8)
-    """
+def _prepare_quantize(x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset):
+    """Validate QuantizeLinear's arguments against the schema version; return them normalised."""
     schema = schemas.schema_for("QuantizeLinear", opset, _Q)
     label = _label(schema)
     _check_attributes(
@@ -120,7 +122,7 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
             ("saturate", saturate, 1), ("precision", precision, None)) if not _same(value, default)},
     )
 
-    x, x_type = _array(x, _Q, "x", dtypes.get("float"), schema.full_precision_types, schema)
+    x, x_type = _array(x, _Q, "x", dtypes.get("float"), schema.full_precision_types, schema, keep_lazy=True)
     scale_types = schema.scale_types if schema.scale_types is not None else (x_type.onnx_name,)
     if schema.scale_types is None and _has_dtype(y_scale) and np.asarray(y_scale).dtype != x.dtype:
         raise TypeError(
@@ -172,19 +174,31 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
         _Q, x.shape, y_scale.shape, None if y_zero_point is None else y_zero_point.shape, axis, block_size,
         schema.granularities, "y_scale", "y_zero_point", label,
     )
+    return x, y_scale, y_zero_point, gran, output, saturate, division
+
+
+def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
+                    saturate=1, precision=None, opset=None) -> np.ndarray:
+    """ONNX QuantizeLinear: ``y = saturate(round(x / y_scale) + y_zero_point)``, rounding half to even.
+
+    Args and defaults are those of the ONNX operator; ``opset`` selects the schema version (None: 28).
+    The output type is ``y_zero_point``'s dtype, else ``output_dtype``, else uint8. Sub-byte and small
+    float outputs are ml_dtypes arrays, one element per byte (see `qlinear.pack`).
+
+    >>> import numpy as np, qlinear
+    >>> qlinear.quantize_linear(np.array([0, 2, 3, 1000, -254, -1000], np.float32), np.float32(2), np.uint8(128))
+    array([128, 129, 130, 255,   1,   0], dtype=uint8)
+    """
+    x, y_scale, y_zero_point, gran, output, saturate, division = _prepare_quantize(
+        x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset)
+    if is_dask_array(x):
+        from .. import dask_adapter
+        return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
     return reference.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
 
 
-def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
-                      opset=None) -> np.ndarray:
-    """ONNX DequantizeLinear: ``y = (x - x_zero_point) * x_scale``.
-
-    The output type is ``output_dtype`` when given (opset 23+), else the scale's type.
-
-    >>> import numpy as np, qlinear
-    >>> qlinear.dequantize_linear(np.array([0, 3, 128, 255], np.uint8), np.float32(2), np.uint8(128))
-    array([-256., -250.,    0.,  254.], dtype=float32)
-    """
+def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype, opset):
+    """Validate DequantizeLinear's arguments against the schema version; return them normalised."""
     schema = schemas.schema_for("DequantizeLinear", opset, _DQ)
     label = _label(schema)
     _check_attributes(
@@ -196,7 +210,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
 
     if not _has_dtype(x) and _has_dtype(x_zero_point):
         x = np.asarray(x).astype(np.asarray(x_zero_point).dtype)  # a list of numbers takes the zero point's type
-    x, x_type = _array(x, _DQ, "x", None, schema.quantized_types, schema)
+    x, x_type = _array(x, _DQ, "x", None, schema.quantized_types, schema, keep_lazy=True)
     if x_zero_point is not None:
         if _has_dtype(x_zero_point):
             x_zero_point = np.asarray(x_zero_point)
@@ -223,6 +237,24 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
         _DQ, x.shape, x_scale.shape, None if x_zero_point is None else x_zero_point.shape, axis, block_size,
         schema.granularities, "x_scale", "x_zero_point", label,
     )
+    return x, x_type, x_scale, x_zero_point, gran, output
+
+
+def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
+                      opset=None) -> np.ndarray:
+    """ONNX DequantizeLinear: ``y = (x - x_zero_point) * x_scale``.
+
+    The output type is ``output_dtype`` when given (opset 23+), else the scale's type.
+
+    >>> import numpy as np, qlinear
+    >>> qlinear.dequantize_linear(np.array([0, 3, 128, 255], np.uint8), np.float32(2), np.uint8(128))
+    array([-256., -250.,    0.,  254.], dtype=float32)
+    """
+    x, x_type, x_scale, x_zero_point, gran, output = _prepare_dequantize(
+        x, x_scale, x_zero_point, axis, block_size, output_dtype, opset)
+    if is_dask_array(x):
+        from .. import dask_adapter
+        return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
     return reference.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
 
 
