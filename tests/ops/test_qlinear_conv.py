@@ -109,6 +109,20 @@ def test_onnx_reference_3d_per_channel_is_wrong():
         np.testing.assert_array_equal(run_reference(model, x)[0][:, m], ours_out[:, m])
 
 
+@pytest.mark.parametrize("per_channel_zero_point", [False, True])
+def test_four_spatial_dimensions_match_onnx_reference_evaluator(per_channel_zero_point):
+    """The spec is N-D; the reference (per-tensor w_scale) computes 4-D convolutions too."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 256, (1, 4, 4, 3, 5, 4), dtype=np.uint8)
+    w = rng.integers(-128, 128, (4, 2, 2, 1, 3, 2), dtype=np.int8)
+    w_zp = rng.integers(-128, 128, 4).astype(np.int8) if per_channel_zero_point else np.int8(-3)
+    args = (x, f32(0.02), np.uint8(100), w, f32(0.01), w_zp, f32(0.8), np.uint8(120), rng.integers(-999, 999, 4).astype(np.int32))
+    names = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B")
+    attrs = dict(group=2, strides=[1, 2, 1, 2], pads=[1, 0, 0, 1, 0, 1, 2, 0], dilations=[1, 1, 2, 1])
+    model = make_model("QLinearConv", list(zip(names, map(np.asarray, args))), [np.uint8], 10, **attrs)
+    np.testing.assert_array_equal(qlinear_conv(*args, **attrs), run_reference(model, x)[0], strict=True)
+
+
 # ---------------------------------------------------------------- against onnxruntime
 
 

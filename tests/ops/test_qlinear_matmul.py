@@ -183,7 +183,8 @@ def _valid():
 
 ERRORS = [
     ({"a": np.zeros((2, 3, 4), np.uint16)}, TypeError, "qlinear_matmul: a must have dtype uint8 or int8, got uint16"),
-    ({"b": np.zeros((4, 5), ml_dtypes.float8_e4m3fn)}, TypeError, "qlinear_matmul: b must have dtype uint8 or int8, got float8_e4m3fn"),
+    ({"b": np.zeros((4, 5), ml_dtypes.float8_e4m3fn)}, TypeError, r"qlinear_matmul: float8 b \(float8_e4m3fn, allowed by QLinearMatMul-21\) is not implemented"),
+    ({"y_zero_point": np.asarray(0, ml_dtypes.float8_e5m2)}, TypeError, r"qlinear_matmul: float8 y_zero_point \(float8_e5m2"),
     ({"a": np.zeros((), np.uint8)}, ValueError, "qlinear_matmul: a and b must have at least 1 dimension"),
     ({"b": np.zeros((3, 5), np.int8), "b_scale": f32(1), "b_zero_point": np.int8(0)}, ValueError,
      r"qlinear_matmul: the last dimension of a \(4\) must equal the second-to-last dimension of b \(3\)"),

@@ -29,6 +29,9 @@ QLINEAR_MATMUL_SCALE_TYPES = {
     21: (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)),
 }
 LATEST_QLINEAR_MATMUL_OPSET = max(QLINEAR_MATMUL_SCALE_TYPES)
+FLOAT8_TYPES = tuple(
+    np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)
+)
 
 
 def _matmul_accumulate(a, a_zero_point, b, b_zero_point) -> np.ndarray:
@@ -134,6 +137,12 @@ def qlinear_matmul(
     if not isinstance(requantize, str) or requantize not in REQUANTIZE_MODES:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize!r}")
 
+    for name, value in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):
+        if getattr(value, "dtype", None) in FLOAT8_TYPES:
+            raise TypeError(
+                f"{func}: float8 {name} ({value.dtype}, allowed by QLinearMatMul-21) is not implemented: its "
+                "semantics are undefined by the peers (neither the onnx reference nor onnxruntime computes it)"
+            )
     a = qa.quantized_tensor(func, "a", a)
     b = qa.quantized_tensor(func, "b", b)
     a2, b2 = _as_matrices(func, a, b, "a", "b")
