@@ -81,9 +81,15 @@ def _float_to_int_bits(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
     is ``static_cast<int32_t>(lrint(v))`` (or _mm256_cvtps_epi32); the only out-of-range value the
     kernel can produce is exactly 2**31 (float(INT32_MAX) rounds up to it), which both give as
     INT32_MIN -- the wrap-around quirk. int64 then a modular narrowing reproduces that.
-    NaN (unspecified in TF, see docs) is stored as 0.
+
+    NaN (a NaN input, or the 0 * inf of a zero-width MIN_COMBINED range) depends on the code path
+    in TensorFlow: qint8/qint16 elements converted by Eigen's vector loop (cvtps2dq then a
+    saturating pack) become min T, the scalar tail (the last n % 16 elements) becomes 0; unsigned
+    types (cvttss2si, low bits of 0x80000000) and qint32 (lrint -> LONG_MIN, low 32 bits) are 0 on
+    every path. qlinear gives min T for qint8/qint16 (the vector body) and 0 otherwise.
     """
-    r = np.where(np.isnan(r), 0, r)
+    nan_value = np.iinfo(dtype).min if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0
+    r = np.where(np.isnan(r), nan_value, r)
     return r.astype(np.int64).astype(dtype)
 
 
@@ -301,6 +307,13 @@ def dequantize(
             if lo < 0:
                 from_min = _ftz(mn / F32(lo + (1 if narrow_range else 0)))
                 scale = _cpp_max(from_min, scale).astype(F32)
+            if q.dtype == np.int32 and q.shape[1] == 1:
+                # The per-tensor path (DequantizeTensor) converts with cast<int>().cast<float>().
+                # QInt32 has no conversion to int, only operator float(), so the int is
+                # (int)(float)q: every q that rounds to 2^31 in float (q >= 2147483584) becomes
+                # INT32_MIN, i.e. dequantizes to the most negative value. (DequantizeSlice, the
+                # per-axis path, uses cast<float>() and does not wrap.)
+                qf = np.where(qf >= F32(2.0**31), F32(-(2.0**31)), qf)
             return _ftz(qf * scale)
     raise AssertionError(mode)
 
