@@ -108,3 +108,20 @@ def test_argument_errors(change, error, message):
     kwargs = dict(A=np.zeros((3, 4), np.uint8), B=np.zeros((4, 2), np.uint8), a_zero_point=np.uint8(0), b_zero_point=np.zeros(2, np.uint8))
     with pytest.raises(error, match=message):
         matmul_integer(**{**kwargs, **change})
+
+
+@pytest.mark.parametrize("types", [(U8, U8), (U8, S8), (S8, S8), (S8, U8)], ids=lambda t: "".join("u8" if d == U8 else "s8" for d in t))
+@pytest.mark.parametrize("shapes", [((96, 256), (256, 80)), ((2, 3, 33, 65), (3, 65, 47)), ((1, 300), (300, 64))], ids=["gemm", "batched", "gemv"])
+def test_realistic_shapes_match_both_peers(types, shapes):
+    a_t, b_t = types
+    rng = np.random.default_rng(len(shapes[0]) * 10 + types[0].itemsize)
+    ai, bi = np.iinfo(a_t), np.iinfo(b_t)
+    a = rng.integers(ai.min, ai.max + 1, shapes[0]).astype(a_t)
+    b = rng.integers(bi.min, bi.max + 1, shapes[1]).astype(b_t)
+    b_zp = rng.integers(bi.min, bi.max + 1, shapes[1][:-2] + (1, shapes[1][-1])).astype(b_t)
+    a_zp = np.asarray(a_t.type(rng.integers(ai.min, ai.max + 1)))
+    model = model_of(a, b, a_zp, b_zp)
+    got = matmul_integer(a, b, a_zp, b_zp)
+    np.testing.assert_array_equal(got, run_reference(model, a)[0], strict=True)
+    if onnxruntime_exact_for_weights(b, a_t):
+        np.testing.assert_array_equal(got, run_onnxruntime(model, a)[0], strict=True)

@@ -156,6 +156,47 @@ def test_onnxruntime_accepts_distinct_per_channel_weight_zero_points(x_dtype, w_
     np.testing.assert_array_equal(qlinear_conv(*args), run_reference(model, x)[0], strict=True)
 
 
+LAYERS = {
+    # name: (x shape, w shape, attributes): shapes large enough to reach onnxruntime's production kernels
+    "pointwise": ((1, 64, 14, 14), (96, 64, 1, 1), {}),
+    "3x3_stride2": ((2, 24, 17, 17), (48, 24, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "depthwise": ((1, 32, 15, 15), (32, 1, 3, 3), {"group": 32, "auto_pad": "SAME_UPPER"}),
+    "depthwise_x2": ((1, 16, 12, 12), (32, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]}),
+    "grouped": ((1, 48, 10, 10), (48, 12, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    "conv1d": ((2, 40, 50), (64, 40, 7), {"strides": [3], "auto_pad": "SAME_LOWER"}),
+    "conv3d": ((1, 8, 6, 9, 9), (16, 8, 3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize("types", ONNXRUNTIME_TYPES, ids=lambda t: "".join("u8" if d == U8 else "s8" for d in t))
+def test_realistic_layers_match_both_peers(layer, types):
+    x_shape, w_shape, attributes = LAYERS[layer]
+    x_dtype, w_dtype, y_dtype = types
+    rng = np.random.default_rng([sorted(LAYERS).index(layer), ONNXRUNTIME_TYPES.index(types)])
+    xi, wi = np.iinfo(x_dtype), np.iinfo(w_dtype)
+    x = rng.integers(xi.min, xi.max + 1, x_shape).astype(x_dtype)
+    w = rng.integers(wi.min, wi.max + 1, w_shape).astype(w_dtype)
+    m = w_shape[0]
+    w_zp = np.full(m, 0 if w_dtype == S8 else 128, w_dtype) if rng.integers(2) else rng.integers(wi.min, wi.max + 1, m).astype(w_dtype)
+    taps = int(np.prod(w_shape[1:]))
+    y_scale = f32(0.02 * 0.005 * 74 * 74 * np.sqrt(taps) / 64)
+    args = (x, f32(0.02), x_dtype.type(rng.integers(xi.min, xi.max + 1)), w, (rng.uniform(0.5, 1.5, m) * 0.005).astype(f32),
+            w_zp, y_scale, y_dtype.type(0 if y_dtype == S8 else 128), rng.integers(-5000, 5000, m).astype(np.int32))
+    names = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B")
+    model = make_model("QLinearConv", list(zip(names, map(np.asarray, args))), [y_dtype], 10, **attributes)
+    ours_out = qlinear_conv(*args, **attributes)
+    if len(x_shape) == 4:
+        np.testing.assert_array_equal(ours_out, run_reference(model, x)[0], strict=True)
+    else:  # the reference's per-channel w_scale is wrong outside 2-D: one per-tensor run per output channel
+        for channel in range(m):
+            per_tensor = args[:4] + (args[4][channel],) + args[5:]
+            channel_model = make_model("QLinearConv", list(zip(names, map(np.asarray, per_tensor))), [y_dtype], 10, **attributes)
+            np.testing.assert_array_equal(ours_out[:, channel], run_reference(channel_model, x)[0][:, channel], strict=True)
+    if onnxruntime_exact_for_weights(w, x_dtype):
+        np.testing.assert_array_equal(qlinear_conv(*args, **attributes, requantize="float32"), run_onnxruntime(model, x)[0], strict=True)
+
+
 def test_onnxruntime_refuses_same_auto_pad_with_dilations():
     """Documented peer limitation: the spec allows it (the onnx reference computes it), onnxruntime does not."""
     x = np.zeros((1, 1, 6, 6), np.uint8)

@@ -233,3 +233,33 @@ def test_vector_operands_follow_numpy_matmul():
         assert got.shape == np.matmul(a.astype(np.int32), b.astype(np.int32)).shape
         np.testing.assert_array_equal(got, run_reference(model_of(args, 21), a)[0].reshape(got.shape), strict=True)
         np.testing.assert_array_equal(qlinear_matmul(*args, requantize="float32"), run_onnxruntime(model_of(args, 21), a)[0], strict=True)
+
+
+SHAPES = {  # a shape, b shape: large enough to reach onnxruntime's production GEMM kernels
+    "gemm": ((96, 256), (256, 80)),
+    "batched": ((3, 40, 128), (3, 128, 70)),
+    "broadcast_b": ((2, 3, 33, 65), (65, 47)),
+    "gemv": ((1, 300), (300, 64)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("types", ONNXRUNTIME_TYPES, ids=lambda t: "".join("u8" if d == U8 else "s8" for d in t))
+@pytest.mark.parametrize("per_column", [False, True])
+def test_realistic_shapes_match_both_peers(shape, types, per_column):
+    a_shape, b_shape = SHAPES[shape]
+    a_t, b_t, y_t = types
+    rng = np.random.default_rng([sorted(SHAPES).index(shape), ONNXRUNTIME_TYPES.index(types), per_column])
+    ai, bi = np.iinfo(a_t), np.iinfo(b_t)
+    a = rng.integers(ai.min, ai.max + 1, a_shape).astype(a_t)
+    b = rng.integers(bi.min, bi.max + 1, b_shape).astype(b_t)
+    n = b_shape[-1]
+    param_shape = b_shape[:-2] + (1, n) if per_column else ()
+    b_scale = (rng.uniform(0.5, 1.5, param_shape) * 0.004).astype(f32)
+    b_zp = rng.integers(bi.min, bi.max + 1, param_shape).astype(b_t)
+    y_scale = f32(0.03 * 0.004 * 74 * 74 * np.sqrt(a_shape[-1]) / 64)
+    args = (a, f32(0.03), a_t.type(rng.integers(ai.min, ai.max + 1)), b, b_scale, b_zp, y_scale, y_t.type(rng.integers(-100, 100) + (128 if y_t == U8 else 0)))
+    model = model_of(args, 21)
+    np.testing.assert_array_equal(qlinear_matmul(*args), run_reference(model, a)[0], strict=True)
+    if onnxruntime_exact_for_weights(b, a_t):
+        np.testing.assert_array_equal(qlinear_matmul(*args, requantize="float32"), run_onnxruntime(model, a)[0], strict=True)
