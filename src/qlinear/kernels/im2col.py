@@ -124,13 +124,23 @@ if ig.HAVE_NUMBA:
                     for sg in range(nseg):
                         src = seg_src[sg]
                         d = dst0 + seg_lane[sg]
-                        for t in range(seg_len[sg]):
-                            o = src + t * sw
-                            b0 = np.uint32(xp[o + k0])
-                            b1 = np.uint32(xp[o + k1])
-                            b2 = np.uint32(xp[o + k2])
-                            b3 = np.uint32(xp[o + k3])
-                            packed[d + t] = np.int32(b0 | (b1 << np.uint32(8)) | (b2 << np.uint32(16)) | (b3 << np.uint32(24)))
+                        if sw == 1:  # contiguous reads: LLVM vectorises this loop
+                            x0 = xp[src + k0:src + k0 + seg_len[sg]]
+                            x1 = xp[src + k1:src + k1 + seg_len[sg]]
+                            x2 = xp[src + k2:src + k2 + seg_len[sg]]
+                            x3 = xp[src + k3:src + k3 + seg_len[sg]]
+                            for t in range(seg_len[sg]):
+                                packed[d + t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(8))
+                                                         | (np.uint32(x2[t]) << np.uint32(16))
+                                                         | (np.uint32(x3[t]) << np.uint32(24)))
+                        else:
+                            for t in range(seg_len[sg]):
+                                o = src + t * sw
+                                b0 = np.uint32(xp[o + k0])
+                                b1 = np.uint32(xp[o + k1])
+                                b2 = np.uint32(xp[o + k2])
+                                b3 = np.uint32(xp[o + k3])
+                                packed[d + t] = np.int32(b0 | (b1 << np.uint32(8)) | (b2 << np.uint32(16)) | (b3 << np.uint32(24)))
                         if need_sum:
                             cs = pan * nr + seg_lane[sg]
                             for t in range(seg_len[sg]):
@@ -143,9 +153,15 @@ if ig.HAVE_NUMBA:
                     for sg in range(nseg):
                         src = seg_src[sg]
                         d = dst0 + seg_lane[sg]
-                        for t in range(seg_len[sg]):
-                            o = src + t * sw
-                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+                        if sw == 1:
+                            x0 = xp[src + k0:src + k0 + seg_len[sg]]
+                            x1 = xp[src + k1:src + k1 + seg_len[sg]]
+                            for t in range(seg_len[sg]):
+                                packed[d + t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(16)))
+                        else:
+                            for t in range(seg_len[sg]):
+                                o = src + t * sw
+                                packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
                         if need_sum:
                             cs = pan * nr + seg_lane[sg]
                             for t in range(seg_len[sg]):
@@ -201,8 +217,17 @@ if ig.HAVE_NUMBA:
                                 wv = wc[o, tap]
                                 tap += 1
                                 src = row + kw * dw
-                                for t in range(ow_n):
-                                    acc[t] += (np.int32(xp[src + t * sw]) - za) * wv
+                                if sw == 1:
+                                    xs = xp[src:src + ow_n]
+                                    for t in range(ow_n):
+                                        acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
+                                elif sw == 2:
+                                    xs = xp[src:src + 2 * ow_n - 1]
+                                    for t in range(ow_n):
+                                        acc[t] += np.int32((np.int32(xs[2 * t]) - za) * wv)
+                                else:
+                                    for t in range(ow_n):
+                                        acc[t] += np.int32((np.int32(xp[src + t * sw]) - za) * wv)
                     dst = obase + (od * oh_n + oh) * ow_n
                     if mode == 0:
                         for t in range(ow_n):

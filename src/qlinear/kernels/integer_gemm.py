@@ -169,59 +169,72 @@ if HAVE_NUMBA:
         # mode 2: float32(acc) * float32(m), clip to [qmin-zp, qmax-zp], round half even, + zp (onnxruntime)
         if mode == 1:
             y = np.float64(acc) * m + np.float64(yzp)
-            if y < qmin:
-                y = np.float64(qmin)
-            elif y > qmax:
-                y = np.float64(qmax)
-            return np.int64(np.rint(y))
+            y = min(max(y, np.float64(qmin)), np.float64(qmax))
+            return np.int32(np.rint(y))
         else:
             zp32 = np.float32(yzp)
             y32 = np.float32(acc) * np.float32(m)
-            lo = np.float32(qmin) - zp32
-            hi = np.float32(qmax) - zp32
-            if y32 < lo:
-                y32 = lo
-            elif y32 > hi:
-                y32 = hi
-            return np.int64(np.rint(y32)) + np.int64(yzp)
+            y32 = min(max(y32, np.float32(qmin) - zp32), np.float32(qmax) - zp32)
+            return np.int32(np.rint(y32)) + np.int32(yzp)
+
+    @njit(cache=True, inline="always")
+    def _store_row(accrow, nc, dst, m_row, mult, m_off, mult_cs, mode, yzp, qmin, qmax, out32, out8):
+        """Store one contiguous run of finished accumulators, requantized when mode != 0.
+
+        Separate loops per case so that LLVM vectorises each (no per-element branches or strides)."""
+        if mode == 0:
+            for c in range(nc):
+                out32[dst + c] = accrow[c]
+        elif mult_cs == 0:
+            if mode == 1:
+                zpf = np.float64(yzp)
+                lo = np.float64(qmin)
+                hi = np.float64(qmax)
+                for c in range(nc):
+                    y = min(max(np.float64(accrow[c]) * m_row + zpf, lo), hi)
+                    out8[dst + c] = np.uint8(np.int32(np.rint(y)) & 0xFF)
+            else:
+                zp32 = np.float32(yzp)
+                m32 = np.float32(m_row)
+                lo32 = np.float32(qmin) - zp32
+                hi32 = np.float32(qmax) - zp32
+                for c in range(nc):
+                    y32 = min(max(np.float32(accrow[c]) * m32, lo32), hi32)
+                    out8[dst + c] = np.uint8((np.int32(np.rint(y32)) + np.int32(yzp)) & 0xFF)
+        else:
+            for c in range(nc):
+                q = _requant_one(accrow[c], mult[m_off + c * mult_cs], mode, yzp, qmin, qmax)
+                out8[dst + c] = np.uint8(q & 0xFF)
 
     @njit(cache=True)
     def _epilogue(tile, ldt, i0, j0, mc, nc, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow):
         """C[i, j] = tile + rterm[i] + cterm[j] - u1[i] v1[j] - u2[i] v2[j]  (mod 2**32), then store or requantize."""
         contiguous = col_off[j0 + nc - 1] - col_off[j0] == nc - 1
         for r in range(mc):
             i = i0 + r
-            rt = np.int64(rterm[i])
-            a1 = np.int64(u1[i])
-            a2 = np.int64(u2[i])
+            rt = rterm[i]
+            a1 = u1[i]
+            a2 = u2[i]
             trow = r * ldt
+            # int32 wrap-around arithmetic (exact: see the module docstring)
+            for c in range(nc):
+                j = j0 + c
+                accrow[c] = np.int32(tile[trow + c] + rt + cterm[j] - a1 * v1[j] - a2 * v2[j])
+            m_off = i * mult_rs + j0 * mult_cs
+            m_row = mult[i * mult_rs] if mode != 0 else 0.0
             if contiguous:
-                base = row_off[i] + col_off[j0]
-                if mode == 0:
-                    for c in range(nc):
-                        j = j0 + c
-                        out32[base + c] = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
-                                                   - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
-                else:
-                    mrow = i * mult_rs
-                    for c in range(nc):
-                        j = j0 + c
-                        acc = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
-                                       - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
-                        q = _requant_one(acc, mult[mrow + j * mult_cs], mode, yzp, qmin, qmax)
-                        out8[base + c] = np.uint8(q & 0xFF)
+                _store_row(accrow, nc, row_off[i] + col_off[j0], m_row, mult, m_off, mult_cs, mode, yzp, qmin, qmax,
+                           out32, out8)
             else:
-                for c in range(nc):
-                    j = j0 + c
-                    acc = np.int32(np.int64(tile[trow + c]) + rt + np.int64(cterm[j])
-                                   - a1 * np.int64(v1[j]) - a2 * np.int64(v2[j]))
-                    dst = row_off[i] + col_off[j]
-                    if mode == 0:
-                        out32[dst] = acc
-                    else:
-                        q = _requant_one(acc, mult[i * mult_rs + j * mult_cs], mode, yzp, qmin, qmax)
-                        out8[dst] = np.uint8(q & 0xFF)
+                c0 = 0
+                while c0 < nc:  # split the run where the columns jump (a convolution tile spanning two images)
+                    c1 = c0 + 1
+                    while c1 < nc and col_off[j0 + c1] == col_off[j0 + c1 - 1] + 1:
+                        c1 += 1
+                    _store_row(accrow[c0:c1], c1 - c0, row_off[i] + col_off[j0 + c0], m_row, mult,
+                               m_off + c0 * mult_cs, mult_cs, mode, yzp, qmin, qmax, out32, out8)
+                    c0 = c1
 
     @njit(cache=True, parallel=True)
     def _pack_rows(a, xor, g, mr, need_sum):
@@ -286,6 +299,7 @@ def tile_driver(path: str, bcast_unsigned: bool):
             ib = t % n_mblocks
             jb = t // n_mblocks
             tile = np.empty(mr * nr, np.int32)
+            accrow = np.empty(nr, np.int32)
             for jp in range(jb * nb, min(npn, (jb + 1) * nb)):
                 j0 = jp * nr
                 nc = min(nr, n_total - j0)
@@ -293,7 +307,7 @@ def tile_driver(path: str, bcast_unsigned: bool):
                     i0 = ip * mr
                     mk(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, tile, 0, nr)
                     _epilogue(tile, nr, i0, j0, min(mr, m_total - i0), nc, rterm, cterm, u1, v1, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow)
 
     _drivers[key] = run_tiles
     return run_tiles

@@ -1,0 +1,211 @@
+"""The exact integer convolution (fused im2col + integer GEMM, direct depthwise) on every kernel path, against an
+int64 direct convolution written plainly here (a loop over taps and channels; no im2col)."""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qlinear.kernels import im2col
+from qlinear.kernels import integer_gemm as ig
+
+PATHS = ig.available_paths()
+I8, U8 = np.int8, np.uint8
+
+
+def lim(dt):
+    info = np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def rand(rng, shape, dt):
+    lo, hi = lim(dt)
+    return rng.integers(lo, hi + 1, shape).astype(dt)
+
+
+def direct_conv(x, za, w, zw, bias, group, strides, dilations, pads_begin, pads_end):
+    """int64 sum over taps and input channels of (x - za) * (w - zw), padding counted as za."""
+    n_sp = x.ndim - 2
+    xc = np.pad(x.astype(np.int64) - int(za), [(0, 0), (0, 0)] + list(zip(pads_begin, pads_end)))
+    wc = w.astype(np.int64) - np.broadcast_to(np.asarray(zw, np.int64).reshape(-1), (w.shape[0],)).reshape(
+        (-1,) + (1,) * (w.ndim - 1))
+    m_total, cg = w.shape[:2]
+    kern = w.shape[2:]
+    out_sp = tuple((xc.shape[2 + i] - dilations[i] * (kern[i] - 1) - 1) // strides[i] + 1 for i in range(n_sp))
+    out = np.zeros((x.shape[0], m_total) + out_sp, np.int64)
+    m_g = m_total // group
+    for o in range(m_total):
+        g = o // m_g
+        for tap in itertools.product(*[range(k) for k in kern]):
+            window = tuple(slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out_sp[i] - 1) + 1,
+                                 strides[i]) for i in range(n_sp))
+            for c in range(cg):
+                out[:, o] += xc[(slice(None), g * cg + c) + window] * wc[(o, c) + tap]
+    if bias is not None:
+        out += bias.astype(np.int64).reshape((1, m_total) + (1,) * n_sp)
+    return out
+
+
+def geo(strides, dilations, pads_begin, pads_end):
+    return dict(strides=strides, dilations=dilations, pads_begin=pads_begin, pads_end=pads_end)
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    return request.param
+
+
+# x shape, w shape, group, strides, dilations, pads_begin, pads_end
+CASES = [
+    ((2, 8, 9, 10), (6, 8, 3, 3), 1, (1, 1), (1, 1), (1, 1), (1, 1)),
+    ((1, 6, 11, 7), (4, 3, 3, 2), 2, (2, 1), (1, 2), (0, 1), (2, 0)),
+    ((2, 5, 13), (7, 5, 4), 1, (2,), (2,), (1,), (3,)),
+    ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), 1, (1, 2, 1), (1, 1, 2), (1, 0, 1), (0, 1, 1)),
+    ((2, 8, 10, 9), (8, 1, 3, 3), 8, (2, 2), (1, 1), (1, 1), (1, 1)),  # depthwise, stride 2
+    ((1, 4, 10, 9), (8, 1, 3, 3), 4, (1, 1), (2, 1), (2, 1), (1, 0)),  # depthwise, multiplier 2, dilated
+    ((1, 3, 3, 5), (6, 1, 3, 3), 3, (3, 1), (1, 1), (1, 1), (1, 1)),  # depthwise, multiplier 2, stride 3
+    ((1, 3, 30, 31), (64, 3, 7, 7), 1, (2, 2), (1, 1), (3, 3), (3, 3)),  # ResNet stem shape, smaller
+    ((5, 37, 3, 3), (70, 37, 1, 1), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # pixel panels span images
+    ((3, 16, 7, 7), (40, 16, 3, 3), 1, (1, 1), (1, 1), (1, 1), (1, 1)),
+    ((1, 2, 4, 4), (3, 2, 4, 4), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # a single output pixel
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[1]) + f"g{c[2]}" for c in CASES])
+@pytest.mark.parametrize("xdt,wdt", [(U8, I8), (I8, U8), (I8, I8)])
+def test_conv_matches_direct_int64(path, case, xdt, wdt):
+    xs, ws, group, strides, dil, pb, pe = case
+    rng = np.random.default_rng(abs(hash((xs, ws))) % 2**32)
+    x, w = rand(rng, xs, xdt), rand(rng, ws, wdt)
+    za = rand(rng, (), xdt)
+    zw = rand(rng, (ws[0],), wdt)  # per-channel, nonzero: the zero-point corrections run
+    bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
+    packed = im2col.prepack_conv(w, zw, group)
+    g = geo(strides, dil, pb, pe)
+    got = im2col.conv(x, za, packed, bias, g, path=path)
+    want = direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe)
+    assert got.dtype == np.int32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    # the prepacked weights serve a second input, with a symmetric zero point and no bias
+    x2 = rand(rng, xs, xdt)
+    packed0 = im2col.prepack_conv(w, wdt(0) if wdt == I8 else wdt(128), group)
+    np.testing.assert_array_equal(im2col.conv(x2, za, packed0, None, g, path=path),
+                                  direct_conv(x2, za, w, 0 if wdt == I8 else 128, None, group, strides, dil, pb, pe))
+
+
+@pytest.mark.parametrize("x_val,za,w_val,zw", [(255, 0, -128, 127), (0, 255, 127, -128), (255, 0, 127, -128)])
+def test_conv_worst_case_with_padding(path, x_val, za, w_val, zw):
+    x = np.full((2, 64, 6, 5), x_val, U8)
+    w = np.full((33, 64, 3, 3), w_val, I8)
+    packed = im2col.prepack_conv(w, np.int8(zw))
+    g = geo((1, 1), (1, 1), (2, 1), (1, 2))
+    np.testing.assert_array_equal(im2col.conv(x, U8(za), packed, None, g, path=path),
+                                  direct_conv(x, za, w, zw, None, 1, (1, 1), (1, 1), (2, 1), (1, 2)))
+
+
+def test_conv_depthwise_worst_case(path):
+    x = np.full((1, 16, 9, 9), 255, U8)
+    w = np.full((16, 1, 3, 3), -128, I8)
+    packed = im2col.prepack_conv(w, np.int8(127), 16)
+    g = geo((2, 2), (1, 1), (1, 1), (1, 1))
+    np.testing.assert_array_equal(im2col.conv(x, U8(0), packed, None, g, path=path),
+                                  direct_conv(x, 0, w, 127, None, 16, (2, 2), (1, 1), (1, 1), (1, 1)))
+
+
+def test_conv_sum_leaving_int32_raises(path):
+    # K = 4100 * 9 = 36900 taps of 255 * 255 cannot fit in int32
+    x = np.full((1, 4100, 3, 3), 255, U8)
+    w = np.full((2, 4100, 3, 3), 127, I8)
+    packed = im2col.prepack_conv(w, np.int8(-128))
+    with pytest.raises(ValueError, match=r"conv: the exact accumulator leaves int32"):
+        im2col.conv(x, U8(0), packed, None, geo((1, 1), (1, 1), (0, 0), (0, 0)), path=path)
+
+
+@pytest.mark.parametrize("mode", ["float64", "float32"])
+@pytest.mark.parametrize("ydt", [U8, I8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv_requantization_fused(path, mode, ydt, per_channel):
+    rng = np.random.default_rng(11)
+    for xs, ws, group in [((2, 6, 9, 8), (10, 6, 3, 3), 1), ((2, 6, 9, 8), (6, 1, 3, 3), 6)]:
+        x, w = rand(rng, xs, U8), rand(rng, ws, I8)
+        bias = rng.integers(-3000, 3000, ws[0]).astype(np.int32)
+        mult = (rng.random(ws[0] if per_channel else ()) * 4e-3).astype(np.float32)
+        yzp = rand(rng, (), ydt)
+        g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+        got = im2col.conv(x, U8(77), im2col.prepack_conv(w, np.int8(0), group), bias, g, (mult, yzp, ydt, mode),
+                          path=path)
+        acc = direct_conv(x, 77, w, 0, bias, group, (1, 1), (1, 1), (1, 1), (1, 1))
+        m = np.asarray(mult).reshape((1, -1, 1, 1)) if per_channel else mult
+        qmin, qmax = lim(ydt)
+        if mode == "float64":
+            want = np.rint(np.clip(acc * m.astype(np.float64) + float(yzp), qmin, qmax)).astype(ydt)
+        else:
+            y = np.clip(acc.astype(np.float32) * m, np.float32(qmin - int(yzp)), np.float32(qmax - int(yzp)))
+            want = (np.rint(y) + np.float32(yzp)).astype(ydt)
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_property_random_geometry(data):
+    path = data.draw(st.sampled_from(PATHS))
+    n_sp = data.draw(st.integers(1, 3))
+    group = data.draw(st.integers(1, 3))
+    cg = data.draw(st.integers(1, 4))
+    m_g = data.draw(st.integers(1, 5))
+    kern = tuple(data.draw(st.integers(1, 3)) for _ in range(n_sp))
+    dil = tuple(data.draw(st.integers(1, 2)) for _ in range(n_sp))
+    strides = tuple(data.draw(st.integers(1, 3)) for _ in range(n_sp))
+    pb = tuple(data.draw(st.integers(0, 2)) for _ in range(n_sp))
+    pe = tuple(data.draw(st.integers(0, 2)) for _ in range(n_sp))
+    sizes = tuple(max(data.draw(st.integers(1, 7)), dil[i] * (kern[i] - 1) + 1 - pb[i] - pe[i]) for i in range(n_sp))
+    batch = data.draw(st.integers(1, 3))
+    xdt = data.draw(st.sampled_from([U8, I8]))
+    wdt = data.draw(st.sampled_from([U8, I8]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = rand(rng, (batch, group * cg) + sizes, xdt)
+    w = rand(rng, (group * m_g, cg) + kern, wdt)
+    za = rand(rng, (), xdt)
+    zw = rand(rng, (group * m_g,), wdt)
+    got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), None, geo(strides, dil, pb, pe), path=path)
+    np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, None, group, strides, dil, pb, pe))
+
+
+def test_concurrent_conv_calls():
+    rng = np.random.default_rng(5)
+    w = rand(rng, (24, 8, 3, 3), I8)
+    packed = im2col.prepack_conv(w, np.int8(0))
+    dw = im2col.prepack_conv(rand(rng, (8, 1, 3, 3), I8), np.int8(0), 8)
+    g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+    xs = [rand(rng, (2, 8, 20, 20), U8) for _ in range(6)]
+    want = [direct_conv(x, 3, w, 0, None, 1, (1, 1), (1, 1), (1, 1), (1, 1)) for x in xs]
+    want_dw = [direct_conv(x, 3, dw.w, 0, None, 8, (1, 1), (1, 1), (1, 1), (1, 1)) for x in xs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda x: (im2col.conv(x, U8(3), packed, None, g), im2col.conv(x, U8(3), dw, None, g)),
+                            xs * 2))
+    for i, (a, b) in enumerate(got):
+        np.testing.assert_array_equal(a, want[i % len(xs)])
+        np.testing.assert_array_equal(b, want_dw[i % len(xs)])
+
+
+def test_conv_bad_arguments_raise_named_errors():
+    w = np.zeros((4, 2, 3, 3), I8)
+    packed = im2col.prepack_conv(w, np.int8(0))
+    g = geo((1, 1), (1, 1), (0, 0), (0, 0))
+    with pytest.raises(ValueError, match=r"conv: x has C=3 channels; the weights expect 2"):
+        im2col.conv(np.zeros((1, 3, 5, 5), U8), U8(0), packed, None, g)
+    with pytest.raises(ValueError, match=r"conv: geometry.strides must have 2 entries"):
+        im2col.conv(np.zeros((1, 2, 5, 5), U8), U8(0), packed, None, geo((1,), (1, 1), (0, 0), (0, 0)))
+    with pytest.raises(ValueError, match=r"conv: the dilated kernel \(3, 3\) is larger than the padded input"):
+        im2col.conv(np.zeros((1, 2, 2, 5), U8), U8(0), packed, None, g)
+    with pytest.raises(ValueError, match=r"conv: geometry.group=2 but the weights were packed with group=1"):
+        im2col.conv(np.zeros((1, 2, 5, 5), U8), U8(0), packed, None, dict(g, group=2))
+    with pytest.raises(ValueError, match=r"prepack_conv: group must be a positive divisor of M=4"):
+        im2col.prepack_conv(w, np.int8(0), 3)
+    with pytest.raises(ValueError, match=r"prepack_conv: w_zero_point must be a scalar or have M=4 elements"):
+        im2col.prepack_conv(w, np.zeros(3, I8))

@@ -1,0 +1,268 @@
+"""The exact integer GEMM core: every kernel path this machine can run, bit-identical to an int64 NumPy product.
+
+Oracle: ``(a.astype(int64) - a_zp) @ (w.astype(int64) - w_zp) + bias`` and, for requantization, the arithmetic
+written out here in NumPy (onnx reference: float64 product + zp, clip, round half to even; onnxruntime:
+float32 product, clip to [qmin - zp, qmax - zp], round half to even, + zp).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qlinear.kernels import integer_gemm as ig
+
+PATHS = ig.available_paths()
+I8, U8 = np.int8, np.uint8
+
+
+def lim(dt):
+    info = np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def oracle(a, za, w, zw, bias=None):
+    za = np.asarray(za, dtype=np.int64).reshape(-1, 1)
+    zw = np.asarray(zw, dtype=np.int64).reshape(1, -1)
+    acc = (a.astype(np.int64) - za) @ (w.astype(np.int64) - zw)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64).reshape(1, -1)
+    return acc
+
+
+def requant_oracle(acc, mult, yzp, ydt, mode):
+    qmin, qmax = lim(ydt)
+    if mode == "float64":
+        y = acc.astype(np.float64) * np.asarray(mult).astype(np.float64) + np.float64(yzp)
+        return np.rint(np.clip(y, qmin, qmax)).astype(ydt)
+    y = acc.astype(np.float32) * np.asarray(mult, dtype=np.float32)
+    y = np.clip(y, np.float32(qmin - yzp), np.float32(qmax - yzp))
+    return (np.rint(y) + np.float32(yzp)).astype(ydt)
+
+
+def rand(rng, shape, dt):
+    lo, hi = lim(dt)
+    return rng.integers(lo, hi + 1, shape).astype(dt)
+
+
+@pytest.fixture(params=PATHS)
+def path(request):
+    return request.param
+
+
+def test_this_machine_offers_several_paths():
+    # blas always; on x86 with AVX2 at least one intrinsic path. Every one available is tested below.
+    assert PATHS[-1] == "blas"
+    assert ig.default_path() == PATHS[0]
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 3), (37, 129, 45), (8, 4, 32), (13, 1001, 70), (100, 3, 200)])
+@pytest.mark.parametrize("adt,wdt", [(U8, I8), (I8, I8), (U8, U8), (I8, U8)])
+def test_random_matches_int64(path, m, k, n, adt, wdt):
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a, w = rand(rng, (m, k), adt), rand(rng, (k, n), wdt)
+    za = rand(rng, (), adt)
+    zw = rand(rng, (n,), wdt)
+    bias = rng.integers(-(2**20), 2**20, n).astype(np.int32)
+    pw = ig.pack_weights(w, zw)
+    got = ig.gemm(a, za, pw, bias, path=path)
+    assert got.dtype == np.int32 and got.shape == (m, n)
+    np.testing.assert_array_equal(got, oracle(a, za, w, zw, bias))
+    # the same packed weights serve again, without bias and with a per-row a zero point
+    za_rows = rand(rng, (m,), adt)
+    np.testing.assert_array_equal(ig.gemm(a, za_rows, pw, path=path), oracle(a, za_rows, w, zw))
+
+
+@pytest.mark.parametrize("a_val,za,w_val,zw", [(255, 0, -128, 127), (0, 255, 127, -128), (255, 0, 127, -128),
+                                               (0, 0, -128, 0), (255, 255, 127, 127)])
+@pytest.mark.parametrize("k", [1, 3, 258, 1027])
+def test_worst_case_uint8_x_int8(path, a_val, za, w_val, zw, k):
+    a = np.full((7, k), a_val, U8)
+    w = np.full((k, 19), w_val, I8)
+    w[:, 3] = -w_val - 1 if w_val >= 0 else 127  # one column at the other extreme
+    pw = ig.pack_weights(w, np.int8(zw))
+    np.testing.assert_array_equal(ig.gemm(a, U8(za), pw, path=path), oracle(a, za, w, zw))
+
+
+@pytest.mark.parametrize("adt,wdt", [(I8, I8), (I8, U8), (U8, U8)])
+def test_worst_case_other_types(path, adt, wdt):
+    (alo, ahi), (wlo, whi) = lim(adt), lim(wdt)
+    k = 515
+    for a_val, za, w_val, zw in [(ahi, alo, wlo, whi), (alo, ahi, whi, wlo), (ahi, alo, whi, wlo)]:
+        a = np.full((9, k), a_val, adt)
+        w = np.full((k, 33), w_val, wdt)
+        pw = ig.pack_weights(w, wdt(zw))
+        np.testing.assert_array_equal(ig.gemm(a, adt(za), pw, path=path), oracle(a, za, w, zw))
+
+
+def test_largest_k_that_fits_int32_is_exact(path):
+    # 255 * 255 * 33025 = 2_147_450_625 <= 2**31 - 1: the int32 kernels must run and be exact at the limit.
+    k = 33025
+    a = np.full((2, k), 255, U8)
+    w = np.full((k, 3), 127, I8)
+    pw = ig.pack_weights(w, np.int8(-128))
+    got = ig.gemm(a, U8(0), pw, path=path)
+    assert int(got[0, 0]) == 255 * 255 * k
+    np.testing.assert_array_equal(got, oracle(a, 0, w, -128))
+    got = ig.gemm(a, U8(0), pw, np.full(3, 2**31 - 1 - 255 * 255 * k, np.int32), path=path)
+    assert int(got.max()) == 2**31 - 1
+
+
+def test_sum_leaving_int32_raises(path):
+    k = 33026
+    a = np.full((2, k), 255, U8)
+    w = np.full((k, 3), 127, I8)
+    pw = ig.pack_weights(w, np.int8(-128))
+    with pytest.raises(ValueError, match=r"gemm: the exact accumulator leaves int32"):
+        ig.gemm(a, U8(0), pw, path=path)
+    # the bias alone can push it out too
+    pw = ig.pack_weights(w[:33025], np.int8(-128))
+    with pytest.raises(ValueError, match=r"gemm: the exact accumulator leaves int32"):
+        ig.gemm(a[:, :33025], U8(0), pw, np.full(3, 2**31 - 1 - 255 * 255 * 33025 + 1, np.int32), path=path)
+
+
+def test_large_bound_but_small_sum_is_exact(path):
+    # the worst-case bound exceeds int32 (so the float64-accumulating path runs) but the sum itself fits
+    k = 40000
+    a = np.full((3, k), 255, U8)
+    w = np.where(np.arange(k)[:, None] % 2 == 0, np.int8(127), np.int8(-128)).repeat(2, axis=1).astype(I8)
+    pw = ig.pack_weights(w, np.int8(0))
+    np.testing.assert_array_equal(ig.gemm(a, U8(0), pw, path=path), oracle(a, 0, w, 0))
+
+
+@pytest.mark.parametrize("mode", ["float64", "float32"])
+@pytest.mark.parametrize("ydt", [U8, I8])
+@pytest.mark.parametrize("mult_shape", ["scalar", "cols", "rows", "full"])
+def test_requantization_fused(path, mode, ydt, mult_shape):
+    rng = np.random.default_rng(7)
+    m, k, n = 45, 77, 50
+    a, w = rand(rng, (m, k), U8), rand(rng, (k, n), I8)
+    za, zw = U8(131), rand(rng, (n,), I8)
+    bias = rng.integers(-5000, 5000, n).astype(np.int32)
+    shape = {"scalar": (), "cols": (n,), "rows": (m, 1), "full": (m, n)}[mult_shape]
+    mult = (rng.random(shape) * 2e-3).astype(np.float32)
+    yzp = rand(rng, (), ydt)
+    pw = ig.pack_weights(w, zw)
+    got = ig.gemm(a, za, pw, bias, (mult, yzp, ydt, mode), path=path)
+    assert got.dtype == ydt
+    np.testing.assert_array_equal(got, requant_oracle(oracle(a, za, w, zw, bias), mult, int(yzp), ydt, mode))
+
+
+@pytest.mark.parametrize("mode", ["float64", "float32"])
+def test_requantization_ties_round_half_to_even(path, mode):
+    # acc * 0.5 hits every .5 tie; saturation at the top. An even zero point keeps the ties where they are
+    # in both arithmetics (float64 adds the zero point before rounding, float32 after).
+    a = np.arange(256, dtype=U8).reshape(-1, 1)
+    w = np.ones((1, 1), I8)
+    pw = ig.pack_weights(w, np.int8(0))
+    mult = np.float32(0.5)
+    got = ig.gemm(a, U8(0), pw, None, (mult, np.int8(-4), I8, mode), path=path)
+    np.testing.assert_array_equal(got, requant_oracle(oracle(a, 0, w, 0), mult, -4, I8, mode))
+    assert got[5, 0] == 2 - 4 and got[7, 0] == 4 - 4 and got[255, 0] == 124  # 2.5->2, 3.5->4, 127.5->128
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_property_random_shapes_and_zero_points(data):
+    path = data.draw(st.sampled_from(PATHS))
+    m = data.draw(st.integers(1, 40))
+    k = data.draw(st.integers(1, 70))
+    n = data.draw(st.integers(1, 70))
+    adt = data.draw(st.sampled_from([U8, I8]))
+    wdt = data.draw(st.sampled_from([U8, I8]))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    a, w = rand(rng, (m, k), adt), rand(rng, (k, n), wdt)
+    za = rand(rng, (), adt)
+    zw = rand(rng, (n,), wdt) if data.draw(st.booleans()) else rand(rng, (), wdt)
+    bias = rng.integers(-(2**24), 2**24, n).astype(np.int32) if data.draw(st.booleans()) else None
+    got = ig.gemm(a, za, ig.pack_weights(w, zw), bias, path=path)
+    np.testing.assert_array_equal(got, oracle(a, za, w, zw, bias))
+
+
+def test_concurrent_calls_from_python_threads():
+    rng = np.random.default_rng(3)
+    w = rand(rng, (300, 130), I8)
+    pw = ig.pack_weights(w, np.int8(1))
+    inputs = [rand(rng, (97, 300), U8) for _ in range(8)]
+    want = [oracle(a, 5, w, 1) for a in inputs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda a: ig.gemm(a, U8(5), pw), inputs * 3))
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[i % len(inputs)])
+
+
+def test_thread_count_does_not_change_bits():
+    import numba
+
+    rng = np.random.default_rng(4)
+    a, w = rand(rng, (200, 150), U8), rand(rng, (150, 96), I8)
+    pw = ig.pack_weights(w, np.int8(0))
+    old = numba.get_num_threads()
+    try:
+        results = []
+        for t in range(1, numba.config.NUMBA_NUM_THREADS + 1):
+            numba.set_num_threads(t)
+            results.append(ig.gemm(a, U8(9), pw))
+    finally:
+        numba.set_num_threads(old)
+    for r in results:
+        np.testing.assert_array_equal(r, oracle(a, 9, w, 0))
+
+
+def test_force_path_context_and_errors():
+    with ig.force_path("blas"):
+        assert ig.current_path() == "blas"
+    assert ig.current_path() == ig.default_path()
+    with pytest.raises(ValueError, match=r"integer_gemm: unknown path 'sse9'"):
+        ig.current_path("sse9")
+
+
+def test_bad_arguments_raise_named_errors():
+    w = np.zeros((4, 3), I8)
+    pw = ig.pack_weights(w, np.int8(0))
+    with pytest.raises(ValueError, match=r"gemm: a has K=5 columns but the packed weights have K=4 rows"):
+        ig.gemm(np.zeros((2, 5), U8), U8(0), pw)
+    with pytest.raises(ValueError, match=r"gemm: bias must be int32 with 3 elements"):
+        ig.gemm(np.zeros((2, 4), U8), U8(0), pw, np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match=r"gemm: requant y_dtype must be int8 or uint8"):
+        ig.gemm(np.zeros((2, 4), U8), U8(0), pw, None, (np.float32(1), 0, np.int16, "float64"))
+    with pytest.raises(ValueError, match=r"gemm: requant mode must be 'float64' or 'float32'"):
+        ig.gemm(np.zeros((2, 4), U8), U8(0), pw, None, (np.float32(1), 0, np.uint8, "float16"))
+    with pytest.raises(ValueError, match=r"gemm: a must be a 2-D int8/uint8 array"):
+        ig.gemm(np.zeros((2, 4), np.int16), 0, pw)
+    with pytest.raises(ValueError, match=r"pack_weights: w_zero_point must be a scalar or have 3 elements"):
+        ig.pack_weights(w, np.zeros(2, I8))
+    with pytest.raises(ValueError, match=r"pack_weights: w_zero_point must lie in \[-128, 127\]"):
+        ig.pack_weights(w, np.array(200))
+
+
+def test_import_compiles_nothing_and_fallback_without_numba():
+    code = (
+        "import sys\n"
+        "import qlinear.kernels.integer_gemm as ig, qlinear.kernels.im2col as ic\n"
+        "assert not ig._drivers and not ig._pack_rows.signatures and not ic._pack_columns.signatures\n"
+        "assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    # Without numba only the exact BLAS path remains, and it still works.
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import numpy as np\n"
+        "import qlinear.kernels.integer_gemm as ig, qlinear.kernels.im2col as ic\n"
+        "assert ig.available_paths() == ('blas',), ig.available_paths()\n"
+        "a = np.arange(12, dtype=np.uint8).reshape(3, 4); w = np.arange(-4, 4, dtype=np.int8).reshape(4, 2)\n"
+        "got = ig.gemm(a, np.uint8(1), ig.pack_weights(w, np.int8(2)))\n"
+        "assert (got == (a.astype(int) - 1) @ (w.astype(int) - 2)).all()\n"
+        "x = np.arange(18, dtype=np.uint8).reshape(1, 2, 3, 3)\n"
+        "y = ic.conv(x, np.uint8(0), ic.prepack_conv(np.ones((1, 2, 1, 1), np.int8), 0), None,\n"
+        "            dict(strides=(1, 1), dilations=(1, 1), pads_begin=(0, 0), pads_end=(0, 0)))\n"
+        "assert (y[0, 0] == x[0, 0].astype(int) + x[0, 1]).all()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
