@@ -1,0 +1,245 @@
+"""What the command tells a person (a rich table) or a program (``--json``), and the ``--plot`` PNGs.
+
+A report is a plain dict: the command, input and output, one row per tensor, totals, and for ONNX
+models a "model" section (opset, checker, accuracy before and after). Rows carry private keys
+(starting with "_") with the arrays that --plot needs; they are left out of the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+PROGRESS_MIN_BYTES = 32 << 20
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rows
+
+
+def quantized_row(name, shape, from_dtype, qtype, granularity, before, after, result, gran, symmetric) -> dict:
+    stats = result.stats
+    return {
+        "name": name, "shape": list(shape), "from": from_dtype, "to": qtype.onnx_name, "granularity": granularity,
+        "symmetric": bool(symmetric or not qtype.is_integer), "bytes_before": int(before), "bytes_after": int(after),
+        "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error, "quantized": True, "note": "",
+        "_stats": stats, "_scale": result.scale, "_zero_point": result.zero_point, "_qtype": qtype, "_gran": gran,
+    }
+
+
+def copied_row(name, shape, dtype, nbytes, reason) -> dict:
+    return {
+        "name": name, "shape": list(shape), "from": dtype, "to": dtype, "granularity": None,
+        "bytes_before": int(nbytes), "bytes_after": int(nbytes), "sqnr_db": None, "max_abs_error": None,
+        "quantized": False, "note": reason,
+    }
+
+
+def restored_row(name, shape, from_dtype, to_dtype, before, after) -> dict:
+    return {
+        "name": name, "shape": list(shape), "from": from_dtype, "to": to_dtype, "granularity": None,
+        "bytes_before": int(before), "bytes_after": int(after), "sqnr_db": None, "max_abs_error": None,
+        "quantized": False, "note": "dequantized",
+    }
+
+
+def summary(command: str, source, output, rows: list[dict], **extra) -> dict:
+    before = sum(r["bytes_before"] for r in rows)
+    after = sum(r["bytes_after"] for r in rows)
+    quantized = [r for r in rows if r["quantized"]]
+    totals = {
+        "tensors": len(rows), "quantized": len(quantized), "bytes_before": before, "bytes_after": after,
+        "ratio": (before / after) if after else None,
+    }
+    if quantized:
+        signal = sum(r["_stats"].signal for r in quantized)
+        noise = sum(r["_stats"].noise for r in quantized)
+        totals["sqnr_db"] = math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
+        totals["max_abs_error"] = max(r["max_abs_error"] for r in quantized)
+    return {"command": command, "input": str(source), "output": str(output), **extra, "tensors": rows, "totals": totals}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Showing
+
+
+def _public(value):
+    if isinstance(value, dict):
+        return {k: _public(v) for k, v in value.items() if not str(k).startswith("_")}
+    if isinstance(value, list):
+        return [_public(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no infinity; an exact round trip has SQNR null and max_abs_error 0
+    if isinstance(value, (np.floating, np.integer)):
+        return _public(value.item())
+    return value
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(_public(report), indent=2)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _db(value) -> str:
+    if value is None:
+        return ""
+    if math.isinf(value):
+        return "exact" if value > 0 else "-inf"
+    return f"{value:.1f}"
+
+
+def _err(value) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def show(report: dict, as_json: bool = False, file=None) -> None:
+    file = file or sys.stdout
+    if as_json:
+        print(to_json(report), file=file)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    probe = Console(file=file)
+    console = Console(file=file, width=probe.width if probe.is_terminal else 160)
+    table = Table(title=f"{report['input']} -> {report['output']}", title_justify="left")
+    for column, justify in (("tensor", "left"), ("shape", "left"), ("type", "left"), ("granularity", "left"),
+                            ("bytes", "right"), ("SQNR dB", "right"), ("max |err|", "right"), ("note", "left")):
+        table.add_column(column, justify=justify, overflow="fold", no_wrap=column != "note")
+    for row in report["tensors"]:
+        kept = not row["quantized"] and row["note"] != "dequantized"
+        types = f"{row['from']} (kept)" if kept else f"{row['from']} -> {row['to']}"
+        sizes = _bytes(row["bytes_before"]) if kept else f"{_bytes(row['bytes_before'])} -> {_bytes(row['bytes_after'])}"
+        table.add_row(row["name"], "x".join(map(str, row["shape"])) or "scalar", types, row["granularity"] or "",
+                      sizes, _db(row["sqnr_db"]), _err(row["max_abs_error"]), "" if row["note"] == "dequantized" else row["note"])
+    console.print(table)
+    totals = report["totals"]
+    line = f"total: {_bytes(totals['bytes_before'])} -> {_bytes(totals['bytes_after'])}"
+    if totals["ratio"] and report["command"] == "quantize":
+        saved = totals["bytes_before"] - totals["bytes_after"]
+        line += f" ({totals['ratio']:.2f}x smaller, {_bytes(saved)} saved)"
+        line += f"; {totals['quantized']} of {totals['tensors']} tensors quantized"
+        if "sqnr_db" in totals:
+            line += f", overall SQNR {_db(totals['sqnr_db'])} dB, max |err| {_err(totals['max_abs_error'])}"
+    console.print(line)
+    if "files" in report:
+        files = report["files"]
+        console.print(f"file size: {_bytes(files['before'])} -> {_bytes(files['after'])} "
+                      f"({files['before'] / files['after']:.2f}x smaller)")
+    model = report.get("model")
+    if model:
+        console.print(f"model: opset {model['opset_before']} -> {model['opset_after']}, "
+                      f"{model['dequantize_nodes']} DequantizeLinear nodes; onnx.checker: {model['checker']}")
+        accuracy = model.get("accuracy")
+        if accuracy is None:
+            console.print(f"accuracy: not measured ({model.get('accuracy_note', 'no evaluation data')})")
+        else:
+            console.print(
+                f"accuracy on {accuracy['samples']} held-out samples ({accuracy['data']}, run with {accuracy['runtime']}): "
+                f"float {100 * accuracy['float']:.2f}% -> quantized {100 * accuracy['quantized']:.2f}% "
+                f"({100 * (accuracy['quantized'] - accuracy['float']):+.2f} points); predictions agree on "
+                f"{100 * accuracy['agreement']:.2f}%, max |output difference| {accuracy['max_output_difference']:.3g}"
+            )
+
+
+@contextmanager
+def progress(total_bytes: int, label: str):
+    """Yields ``advance(nbytes)``; shows a progress bar on a terminal for large jobs."""
+    if total_bytes < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield lambda nbytes: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total_bytes)
+        yield lambda nbytes: bar.advance(task, nbytes)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Plots
+
+
+def _levels(qtype, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """The dequantized values of every code, for the group with the largest scale."""
+    if qtype.bits > 8:
+        return None, f"{2 ** qtype.bits} levels, not drawn"
+    group = int(np.argmax(scale.reshape(-1))) if scale.size else 0
+    s = float(scale.reshape(-1)[group]) if scale.size else float(scale)
+    codes = np.arange(2 ** qtype.bits, dtype=np.uint8)
+    if qtype.is_integer:
+        values = codes.view(qtype.dtype) if qtype.bits == 8 else _sub_byte_values(codes, qtype)
+        z = float(np.asarray(zero_point).reshape(-1)[group].astype(np.float64))
+        levels = (values.astype(np.float64) - z) * s
+    else:
+        values = codes.view(qtype.dtype).astype(np.float64) if qtype.bits == 8 else _sub_byte_values(codes, qtype).astype(np.float64)
+        levels = values[np.isfinite(values)] * s
+    label = "levels" if scale.size <= 1 else "levels of the group with the largest scale"
+    return np.unique(levels), label
+
+
+def _sub_byte_values(codes: np.ndarray, qtype) -> np.ndarray:
+    from .packing import unpack
+
+    return unpack(_pack_codes(codes, qtype.bits), qtype.dtype, (codes.size,))
+
+
+def _pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    stream = np.unpackbits(codes[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
+    return np.packbits(stream, bitorder="little")
+
+
+def plot(report: dict, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for row in report["tensors"]:
+        if not row["quantized"]:
+            continue
+        stats, qtype = row["_stats"], row["_qtype"]
+        figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+        centers = (stats.edges[:-1] + stats.edges[1:]) / 2
+        left.bar(centers, stats.histogram, width=np.diff(stats.edges), color="tab:blue", alpha=0.8)
+        left.set_yscale("log")
+        levels, label = _levels(qtype, np.asarray(row["_scale"], np.float64), np.asarray(row["_zero_point"]))
+        if levels is not None:
+            shown = levels[(levels >= stats.edges[0] - 1e-12) & (levels <= stats.edges[-1] + 1e-12)]
+            for level in shown:
+                left.axvline(level, color="tab:red", linewidth=0.5, alpha=0.6)
+            label = f"{label} ({shown.size} in range, red)"
+        left.set_title(f"values of {row['name']}\n{label}", fontsize=9)
+        left.set_xlabel("value")
+        left.set_ylabel("count")
+        rms = np.sqrt(stats.group_noise / np.maximum(stats.group_count, 1)).reshape(-1)
+        if rms.size > 1:
+            right.plot(np.arange(rms.size), rms, linewidth=0.8)
+            right.set_xlabel("channel" if row["_gran"].kind == "axis" else "block (flattened)")
+        else:
+            right.bar([0], rms)
+            right.set_xticks([])
+        right.set_ylabel("RMS error")
+        right.set_title(f"{row['from']} -> {row['to']}, {row['granularity']}: SQNR {_db(row['sqnr_db'])} dB, "
+                        f"max |err| {_err(row['max_abs_error'])}", fontsize=9)
+        figure.tight_layout()
+        path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", row["name"]) + ".png")
+        figure.savefig(path, dpi=90)
+        plt.close(figure)
+        written.append(path)
+    return written
