@@ -1,0 +1,119 @@
+"""Run ONNX models with qlinear's kernels for the quantization operators.
+
+`run` executes a model with ``onnx.reference.ReferenceEvaluator`` for the ordinary operators and qlinear
+for QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger and
+DynamicQuantizeLinear; `evaluator` returns that evaluator for repeated runs; `qlinear.onnx.ops` holds the
+operator classes for users who build their own ReferenceEvaluator. Needs onnx (``pip install
+'qlinear[onnx]'``); ``import qlinear`` alone never imports it.
+"""
+
+from __future__ import annotations
+
+try:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+except ImportError as _error:  # pragma: no cover - exercised in a subprocess without onnx
+    raise ImportError(
+        "qlinear.onnx needs the onnx package, which is not installed: pip install 'qlinear[onnx]'"
+    ) from _error
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from qlinear.onnx import ops
+from qlinear.onnx.ops import op_classes
+
+__all__ = ["run", "evaluator", "ops", "op_classes"]
+
+
+def _load(model, function: str) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(os.fspath(model))
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    raise TypeError(f"{function}: model must be an onnx.ModelProto, a path or serialized bytes, got {type(model).__name__}")
+
+
+def evaluator(model, *, requantize: str = "float64", verbose: int = 0) -> ReferenceEvaluator:
+    """A ReferenceEvaluator for ``model`` (ModelProto, path or bytes) with qlinear's operator classes.
+
+    ``requantize`` selects QLinearConv/QLinearMatMul's requantization arithmetic: ``"float64"`` (default)
+    is the onnx reference evaluator's, ``"float32"`` onnxruntime's (docs/semantics.md).
+    """
+    classes = op_classes(requantize)
+    return ReferenceEvaluator(_load(model, "evaluator"), new_ops=list(classes), verbose=verbose)
+
+
+def _declared_dtype(type_proto) -> np.dtype | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.elem_type:
+        return None
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(type_proto.tensor_type.elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_input(function: str, name: str, value: np.ndarray, type_proto) -> None:
+    expected = _declared_dtype(type_proto)
+    if expected is not None and value.dtype != expected:
+        raise TypeError(f"{function}: input {name!r} must have the model's type {expected}, got {value.dtype}")
+    tensor_type = type_proto.tensor_type
+    if not type_proto.HasField("tensor_type") or not tensor_type.HasField("shape"):
+        return
+    dims = tensor_type.shape.dim
+    if len(dims) != value.ndim:
+        raise ValueError(f"{function}: input {name!r} must have rank {len(dims)} (the model's), got shape {value.shape}")
+    for axis, (dim, size) in enumerate(zip(dims, value.shape)):
+        if dim.HasField("dim_value") and dim.dim_value != size:
+            raise ValueError(
+                f"{function}: input {name!r} must have size {dim.dim_value} along axis {axis} (the model's), "
+                f"got shape {value.shape}"
+            )
+
+
+def run(model, inputs: Mapping[str, np.ndarray], *, requantize: str = "float64",
+        outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Run an ONNX model; return ``{output name: array}`` in the model's output order.
+
+    ``model`` is an onnx.ModelProto, a path or serialized bytes (or an evaluator from `evaluator`, reused
+    across calls); ``inputs`` maps every graph input that is not an initializer to a NumPy array of its
+    declared type and shape. ``requantize`` is QLinearConv/QLinearMatMul's requantization arithmetic:
+    ``"float64"`` (default, bit-identical to onnx's ReferenceEvaluator) or ``"float32"`` (bit-identical to
+    onnxruntime). ``outputs`` restricts the results to these names.
+    """
+    function = "qlinear.onnx.run"
+    if isinstance(model, ReferenceEvaluator):
+        session = model
+    else:
+        session = evaluator(_load(model, function), requantize=requantize)
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"{function}: inputs must be a mapping of input names to arrays, got {type(inputs).__name__}")
+
+    graph = session.proto_.graph
+    initialized = {init.name for init in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+    declared = {value.name: value.type for value in graph.input}
+    required = [name for name in declared if name not in initialized]
+    unknown = sorted(set(inputs) - declared.keys())
+    if unknown:
+        raise ValueError(f"{function}: unknown input {unknown[0]!r}; the model's inputs are {required}")
+    missing = [name for name in required if name not in inputs]
+    if missing:
+        raise ValueError(f"{function}: missing input {missing[0]!r}; the model's inputs are {required}")
+    feeds = {}
+    for name, value in inputs.items():
+        if not isinstance(value, (np.ndarray, np.generic)):
+            raise TypeError(f"{function}: input {name!r} must be a NumPy array, got {type(value).__name__}")
+        value = np.asarray(value)
+        _check_input(function, name, value, declared[name])
+        feeds[name] = value
+
+    names = list(session.output_names) if outputs is None else list(outputs)
+    absent = [name for name in names if name not in session.output_names]
+    if absent:
+        raise ValueError(f"{function}: {absent[0]!r} is not an output of the model; its outputs are {list(session.output_names)}")
+    results = session.run(names, feeds)
+    return {name: np.asarray(value) for name, value in zip(names, results)}

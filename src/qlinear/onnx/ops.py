@@ -1,0 +1,165 @@
+"""onnx.reference operator classes that run qlinear's kernels.
+
+Each class is named after its ONNX operator (``ReferenceEvaluator(new_ops=[...])`` looks classes up by
+``(op_domain, class name)``, so the names must be the operator names) and maps the node's attributes,
+and the model's opset where the operator has versions, to the public qlinear function:
+
+    >>> from onnx.reference import ReferenceEvaluator          # doctest: +SKIP
+    >>> ReferenceEvaluator(model, new_ops=qlinear.onnx.ops.OPS)  # doctest: +SKIP
+
+The classes in this module requantize QLinearConv/QLinearMatMul with ``requantize="float64"`` (the onnx
+reference evaluator's arithmetic); `op_classes` gives the same classes for ``"float32"``
+(onnxruntime's arithmetic). See docs/onnx.md and docs/semantics.md.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from onnx.reference.op_run import OpRun
+
+import qlinear
+from qlinear.reference.requantize import REQUANTIZE_MODES
+
+__all__ = [
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "ConvInteger",
+    "MatMulInteger",
+    "DynamicQuantizeLinear",
+    "OPS",
+    "op_classes",
+]
+
+# TensorProto.UNDEFINED: a dtype attribute set to 0 means "not given" (the spec's default).
+_UNSET_WHEN_ZERO = frozenset({"output_dtype", "precision"})
+
+
+class _QlinearOp(OpRun):
+    """Shared plumbing: the node's explicit attributes, the model's opset, errors naming the node."""
+
+    op_domain = ""
+    requantize = "float64"
+
+    def _node_attributes(self, attributes: dict) -> dict:
+        # OpRun fills in every attribute of the operator's *latest* schema with its default; pass only
+        # those the node sets, so that each qlinear function applies the defaults of the model's version
+        # (and rejects an attribute the model's version lacks). Linked attributes (inside a function)
+        # arrive with their resolved values in `attributes`.
+        explicit = {a.name for a in self.onnx_node.attribute}
+        given = {name: value for name, value in attributes.items() if name in explicit}
+        for name in _UNSET_WHEN_ZERO & given.keys():
+            if given[name] == 0:
+                del given[name]
+        return given
+
+    def _opset(self) -> int:
+        opsets = self.run_params["opsets"]
+        version = opsets.get("", opsets.get("ai.onnx"))
+        if version is None:
+            raise ValueError(f"{self._where()}: the model imports no ai.onnx opset")
+        return int(version)
+
+    def _where(self) -> str:
+        name = self.onnx_node.name
+        return f"node {name!r} ({self.op_type})" if name else f"{self.op_type} node -> {list(self.onnx_node.output)}"
+
+    def run(self, *args, **kwargs):
+        # OpRun.run rewraps a TypeError from _run into a generic one ("Issues with types ..."); give the
+        # caller qlinear's own error (already prefixed with the node) instead.
+        try:
+            return super().run(*args, **kwargs)
+        except TypeError as error:
+            cause = error.__cause__
+            if getattr(cause, "_qlinear_node_error", False):
+                raise cause from None
+            raise
+
+    def _call(self, function, *inputs, **keywords):
+        try:
+            return function(*inputs, **keywords)
+        except (TypeError, ValueError) as error:
+            try:
+                wrapped = type(error)(f"{self._where()}: {error}")
+            except Exception:  # an exception type that cannot be rebuilt from a message: keep it as is
+                raise error from None
+            wrapped._qlinear_node_error = True
+            raise wrapped from error
+
+
+def _optional(inputs: tuple, count: int) -> list:
+    """The node's inputs padded with None to ``count`` (trailing optional inputs may be absent)."""
+    return list(inputs) + [None] * (count - len(inputs))
+
+
+class QuantizeLinear(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        x, y_scale, y_zero_point = _optional(inputs, 3)
+        return (self._call(qlinear.quantize_linear, x, y_scale, y_zero_point, opset=self._opset(),
+                           **self._node_attributes(attributes)),)
+
+
+class DequantizeLinear(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        x, x_scale, x_zero_point = _optional(inputs, 3)
+        return (self._call(qlinear.dequantize_linear, x, x_scale, x_zero_point, opset=self._opset(),
+                           **self._node_attributes(attributes)),)
+
+
+class QLinearConv(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        return (self._call(qlinear.qlinear_conv, *_optional(inputs, 9), requantize=self.requantize,
+                           **self._node_attributes(attributes)),)
+
+
+class QLinearMatMul(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        return (self._call(qlinear.qlinear_matmul, *inputs, opset=self._opset(), requantize=self.requantize,
+                           **self._node_attributes(attributes)),)
+
+
+class ConvInteger(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        return (self._call(qlinear.conv_integer, *_optional(inputs, 4), **self._node_attributes(attributes)),)
+
+
+class MatMulInteger(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        return (self._call(qlinear.matmul_integer, *_optional(inputs, 4), **self._node_attributes(attributes)),)
+
+
+class DynamicQuantizeLinear(_QlinearOp):
+    def _run(self, *inputs, **attributes):
+        y, y_scale, y_zero_point = self._call(qlinear.dynamic_quantize_linear, *inputs,
+                                              **self._node_attributes(attributes))
+        return (y, np.asarray(y_scale), np.asarray(y_zero_point))
+
+
+OPS: tuple[type[OpRun], ...] = (
+    QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
+    DynamicQuantizeLinear,
+)
+
+
+def op_classes(requantize: str = "float64") -> tuple[type[OpRun], ...]:
+    """The operator classes, for ``ReferenceEvaluator(model, new_ops=op_classes(...))``.
+
+    ``requantize`` is the QLinearConv/QLinearMatMul requantization arithmetic: ``"float64"`` (default; the
+    onnx reference evaluator's) or ``"float32"`` (onnxruntime's); the other operators do not depend on it.
+    """
+    if not isinstance(requantize, str) or requantize not in REQUANTIZE_MODES:
+        raise ValueError(
+            f"op_classes: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize!r}"
+        )
+    return _op_classes(requantize)
+
+
+@functools.cache
+def _op_classes(requantize: str) -> tuple[type[OpRun], ...]:
+    if requantize == _QlinearOp.requantize:
+        return OPS
+    # Same class names (the evaluator's lookup key), a different class attribute.
+    return tuple(type(cls.__name__, (cls,), {"requantize": requantize, "__module__": __name__}) for cls in OPS)
