@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantize(commands)
     _add_dequantize(commands)
     _add_conformance(commands)
+    _add_run(commands)
     # --- `qlinear bench` (kernels work) registers here: _add_bench(commands) -------------------------
     return parser
 
@@ -179,6 +180,51 @@ def _run_conformance(args) -> int:
     from .conformance import conformance_command
 
     return conformance_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# qlinear run
+
+RUN_EPILOG = """\
+examples:
+  qlinear run model-int8.onnx --input x=x.npy -o outputs.npz
+  qlinear run model-int8.onnx --input x=x.npy --compare --requantize float32
+
+onnx's ReferenceEvaluator runs the ordinary operators; qlinear's kernels run QuantizeLinear,
+DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger and DynamicQuantizeLinear.
+--requantize float64 (default) reproduces onnx's reference arithmetic for QLinearConv/QLinearMatMul,
+float32 onnxruntime's (docs/onnx.md). Needs onnx (pip install 'qlinear[onnx]'); --compare needs onnxruntime.
+"""
+
+
+def _add_run(commands) -> None:
+    p = commands.add_parser(
+        "run", help="run an ONNX model with qlinear's kernels for the quantization operators",
+        description="Run an ONNX model (QDQ or QOperator) on qlinear's exact kernels, print each output's "
+        "type, shape and range, optionally save them and compare them with onnxruntime.",
+        epilog=RUN_EPILOG, formatter_class=_FORMATTER,
+    )
+    p.add_argument("model", metavar="MODEL", help="an .onnx file")
+    p.add_argument("--input", action="append", metavar="NAME=FILE", default=[],
+                   help="a model input from a .npy file (repeat for each input)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write every output to this .npz file")
+    p.add_argument("--compare", action="store_true",
+                   help="also run onnxruntime and print, per output, the max difference and the number of differing elements")
+    p.add_argument("--requantize", choices=("float64", "float32"), default="float64",
+                   help="QLinearConv/QLinearMatMul requantization: float64 = onnx reference (default), float32 = onnxruntime")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.set_defaults(run=_run_model)
+
+
+def _run_model(args) -> int:
+    from .io.errors import UserError
+
+    try:
+        from .onnx.command import run_command
+    except ImportError as error:  # onnx is an optional dependency
+        raise UserError(str(error)) from None
+    return run_command(args)
 
 
 # ----------------------------------------------------------------------------------------------------
