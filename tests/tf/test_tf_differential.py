@@ -72,15 +72,25 @@ def _assert_same_float_bits(ours, theirs):
         raise AssertionError(f"{diff.size} elements differ, first at {diff[:5]}: ours {ours.reshape(-1)[diff[:5]]} tf {theirs.reshape(-1)[diff[:5]]}")
 
 
+def _ftz(v: float) -> float:
+    v = float(F32(v))
+    return 0.0 if abs(v) < FLT_MIN else v
+
+
 def _nan_inside_kernel(mode, T, lo, hi, ensure):
-    """True when MIN_COMBINED's adjusted range has zero width (then 0 * inf = NaN in the kernel),
-    for the types whose NaN result depends on the code path. Recomputed here from the kernel's
-    range rule, with float32 and flush-to-zero as TensorFlow runs it."""
+    """True when MIN_COMBINED's scale (max T - min T) / (max_range - min_range) overflows float32
+    (then 0 * inf = NaN and inf reach the float -> int conversion), for the types whose result
+    there depends on the code path. Recomputed here from the kernel's range rule, in float32 with
+    flush-to-zero as TensorFlow runs it."""
     if mode != "MIN_COMBINED" or T not in ("qint8", "qint16"):
         return False
-    flushed = [0.0 if abs(v) < FLT_MIN else v for v in (float(F32(lo)), float(F32(hi)))]
-    eps = float(F32(max(1.0, abs(flushed[0]), abs(flushed[1])) * float(F32(ensure))))
-    return flushed[0] >= 0 and flushed[1] <= 0 and eps < FLT_MIN
+    lo, hi = _ftz(lo), _ftz(hi)
+    min_r = min(0.0, lo)
+    eps = _ftz(max(1.0, abs(lo), abs(hi)) * _ftz(ensure))
+    max_r = max(0.0, hi, _ftz(min_r + eps))
+    width = _ftz(max_r - min_r)
+    levels = 255.0 if T == "qint8" else 65535.0
+    return width == 0.0 or not np.isfinite(F32(levels / width))
 
 
 def _grid_input(lo, hi, n=203, seed=0):

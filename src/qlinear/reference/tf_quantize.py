@@ -82,14 +82,15 @@ def _float_to_int_bits(r: np.ndarray, dtype: np.dtype) -> np.ndarray:
     kernel can produce is exactly 2**31 (float(INT32_MAX) rounds up to it), which both give as
     INT32_MIN -- the wrap-around quirk. int64 then a modular narrowing reproduces that.
 
-    NaN (a NaN input, or the 0 * inf of a zero-width MIN_COMBINED range) depends on the code path
-    in TensorFlow: qint8/qint16 elements converted by Eigen's vector loop (cvtps2dq then a
-    saturating pack) become min T, the scalar tail (the last n % 16 elements) becomes 0; unsigned
-    types (cvttss2si, low bits of 0x80000000) and qint32 (lrint -> LONG_MIN, low 32 bits) are 0 on
-    every path. qlinear gives min T for qint8/qint16 (the vector body) and 0 otherwise.
+    NaN and +-inf (a NaN input, or MIN_COMBINED's scale overflowing to inf for a range narrower
+    than (max T - min T) / FLT_MAX, which gives 0 * inf and inf) depend on the code path in
+    TensorFlow: qint8/qint16 elements converted by Eigen's vector loop (cvtps2dq gives 0x80000000,
+    then a saturating pack) become min T, the scalar tail (the last n % 16 elements) becomes 0;
+    unsigned types (cvttss2si, low bits of 0x80000000) and qint32 (lrint -> LONG_MIN, low 32 bits)
+    are 0 on every path. qlinear gives min T for qint8/qint16 (the vector body) and 0 otherwise.
     """
     nan_value = np.iinfo(dtype).min if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0
-    r = np.where(np.isnan(r), nan_value, r)
+    r = np.where(np.isfinite(r), r, nan_value)
     return r.astype(np.int64).astype(dtype)
 
 
