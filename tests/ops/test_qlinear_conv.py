@@ -270,6 +270,25 @@ def test_requantization_modes_differ_where_the_peers_differ():
     assert run_onnxruntime(model, x)[0].item() == 142 == qlinear_conv(*args, requantize="float32").item()
 
 
+def test_float32_mode_rounds_large_accumulators_like_onnxruntime():
+    """Above 2**24 onnxruntime first rounds the int32 accumulator to float32 (spacing 64 near 2**30). 4096
+    output channels get consecutive accumulators (through B) around one where acc * multiplier = 100.5, so
+    some outputs differ between the two arithmetics; each mode matches its peer on all of them."""
+    channels = 4096
+    multiplier = f32(9.3e-8)
+    center = int(round(100.5 / float(multiplier)))
+    B = np.arange(center - channels // 2, center + channels // 2, dtype=np.int64).astype(np.int32)
+    x = np.zeros((1, 1, 1, 1), np.uint8)
+    w = np.zeros((channels, 1, 1, 1), np.uint8)
+    args = (x, multiplier, np.uint8(0), w, f32(1.0), np.uint8(0), f32(1.0), np.uint8(0), B)
+    names = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B")
+    model = make_model("QLinearConv", list(zip(names, map(np.asarray, args))), [np.uint8], 10)
+    reference, onnxruntime = run_reference(model, x)[0], run_onnxruntime(model, x)[0]
+    assert np.any(reference != onnxruntime)
+    np.testing.assert_array_equal(qlinear_conv(*args), reference, strict=True)
+    np.testing.assert_array_equal(qlinear_conv(*args, requantize="float32"), onnxruntime, strict=True)
+
+
 def test_accumulator_leaving_int32_is_an_error():
     assert issubclass(AccumulatorOverflowError, ValueError) and issubclass(AccumulatorOverflowError, OverflowError)
     x = np.full((1, 1, 1, 1), 255, np.uint8)

@@ -7,6 +7,8 @@ import numpy as np
 from qlinear.ops import _quant_args as qa
 from qlinear.reference.dynamic_quantize_linear import dynamic_quantize_linear as _reference_dynamic_quantize_linear
 
+__all__ = ["dynamic_quantize_linear"]
+
 
 def dynamic_quantize_linear(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ONNX DynamicQuantizeLinear-11: quantize float32 ``x`` to uint8 with a scale and zero point from its range.
