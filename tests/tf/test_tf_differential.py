@@ -77,20 +77,28 @@ def _ftz(v: float) -> float:
     return 0.0 if abs(v) < FLT_MIN else v
 
 
-def _nan_inside_kernel(mode, T, lo, hi, ensure):
-    """True when MIN_COMBINED's scale (max T - min T) / (max_range - min_range) overflows float32
-    (then 0 * inf = NaN and inf reach the float -> int conversion), for the types whose result
-    there depends on the code path. Recomputed here from the kernel's range rule, in float32 with
-    flush-to-zero as TensorFlow runs it."""
-    if mode != "MIN_COMBINED" or T not in ("qint8", "qint16"):
+def _nan_inside_kernel(mode, T, lo, hi, ensure, narrow_range=False):
+    """True when the kernel's scale overflows float32 (then 0 * inf = NaN and inf reach the
+    float -> int conversion), for the types whose result there depends on the code path:
+    MIN_COMBINED's (max T - min T) / (max_range - min_range), or SCALED's scale factor when both
+    sides overflow. Recomputed here from the kernel's rules, in float32 with flush-to-zero as
+    TensorFlow runs it."""
+    if mode == "MIN_FIRST" or T not in ("qint8", "qint16"):
         return False
     lo, hi = _ftz(lo), _ftz(hi)
     min_r = min(0.0, lo)
     eps = _ftz(max(1.0, abs(lo), abs(hi)) * _ftz(ensure))
     max_r = max(0.0, hi, _ftz(min_r + eps))
-    width = _ftz(max_r - min_r)
-    levels = 255.0 if T == "qint8" else 65535.0
-    return width == 0.0 or not np.isfinite(F32(levels / width))
+    info = np.iinfo(STORAGE[T])
+    with np.errstate(all="ignore"):
+        if mode == "MIN_COMBINED":
+            width = _ftz(max_r - min_r)
+            return width == 0.0 or not np.isfinite(F32(float(info.max - info.min) / width))
+        min_out, max_out = info.min + int(narrow_range), info.max
+        flt_max = float(np.finfo(np.float32).max)
+        from_min = float(F32(min_out / min_r)) if min_out * min_r > 0 else flt_max
+        from_max = float(F32(max_out / max_r)) if max_out * max_r > 0 else flt_max
+    return not np.isfinite(min(from_min, from_max))
 
 
 def _grid_input(lo, hi, n=203, seed=0):
@@ -107,7 +115,7 @@ def _grid_input(lo, hi, n=203, seed=0):
 @pytest.mark.parametrize("mode, round_mode, narrow_range, T", COMBOS, ids=["-".join(map(str, c)) for c in COMBOS])
 def test_grid_per_tensor(tf_ops, mode, round_mode, narrow_range, T, kind):
     _, lo, hi, ensure = kind
-    assume_ok = not _nan_inside_kernel(mode, T, lo, hi, ensure)
+    assume_ok = not _nan_inside_kernel(mode, T, lo, hi, ensure, narrow_range)
     if not assume_ok:
         pytest.skip("TensorFlow's result is code-path dependent here (NaN inside the kernel)")
     x = _grid_input(lo, hi)
@@ -133,13 +141,13 @@ def test_grid_per_tensor(tf_ops, mode, round_mode, narrow_range, T, kind):
 def test_grid_per_axis(tf_ops, mode, round_mode, narrow_range, T, axis):
     # Each slice gets a different kind of range, so every slice takes its own path.
     shape = [3, 4, 5]
-    kinds = [k for k in RANGE_KINDS if not _nan_inside_kernel(mode, T, *k[1:])]
+    kinds = [k for k in RANGE_KINDS if not _nan_inside_kernel(mode, T, *k[1:], narrow_range)]
     n = shape[axis]
     chosen = [kinds[(i * 3 + axis) % len(kinds)] for i in range(n)]
     mins = np.array([k[1] for k in chosen], np.float32)
     maxs = np.array([k[2] for k in chosen], np.float32)
     ensure = 0.01 if all(k[3] for k in chosen) else 0.0
-    if any(_nan_inside_kernel(mode, T, k[1], k[2], ensure) for k in chosen):
+    if any(_nan_inside_kernel(mode, T, k[1], k[2], ensure, narrow_range) for k in chosen):
         ensure = 0.01
     x = _grid_input(float(mins.min()), float(maxs.max()), n=60, seed=axis).reshape(shape)
     attrs = dict(mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis, ensure_minimum_range=ensure)
@@ -203,7 +211,7 @@ def quantize_case(draw):
             axis = -1
     slices = 1 if axis == -1 else shape[axis]
     pairs = [draw(range_pair()) for _ in range(slices)]
-    assume(not any(_nan_inside_kernel(mode, T, a, b, ensure) for a, b in pairs))
+    assume(not any(_nan_inside_kernel(mode, T, a, b, ensure, narrow_range) for a, b in pairs))
     lo = min(a for a, _ in pairs)
     hi = max(b for _, b in pairs)
     width = max(abs(lo), abs(hi), 1e-30)
