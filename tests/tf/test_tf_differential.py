@@ -278,3 +278,73 @@ def test_large_tensor_crosses_tensorflow_threads(tf_ops):
         for mode in ("MIN_COMBINED", "MIN_FIRST", "SCALED"):
             attrs = dict(mode=mode)
             _assert_same_quantize(quantize_v2(x, -2.5, 4.1, T, **attrs), tf_ops.quantize_v2(x, -2.5, 4.1, T, **attrs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Each kernel quirk listed in docs/semantics.md, shown on the real TensorFlow kernel
+# ---------------------------------------------------------------------------------------------
+QUIRKS = [
+    # (name, x, min, max, T, attrs, TensorFlow's output)
+    ("signed MIN_COMBINED rounds after the shift", [-1.0, 0.0, 1.0], -1.0, 1.0, "qint8", {}, [-128, -1, 127]),
+    ("unsigned MIN_COMBINED adds 0.5f and truncates", [0.49999997, 0.25, 1.5], 0.0, 255.0, "quint8", {}, [1, 0, 2]),
+    ("qint32 MIN_COMBINED wraps at max_range", [0.0, 0.5, 1.0], 0.0, 1.0, "qint32", {}, [-(2**31), 0, -(2**31)]),
+    ("qint32 SCALED wraps at max_range", [0.0, 0.5, 1.0], 0.0, 1.0, "qint32", {"mode": "SCALED"}, [0, 2**30, -(2**31)]),
+    ("qint32 MIN_FIRST tops out at 2147483520", [500.0], -256.0, 256.0, "qint32", {"mode": "MIN_FIRST"}, [2147483520]),
+    ("quint8 SCALED narrow_range never outputs 0", [-1.0, 0.0, 1.0], -1.0, 1.0, "quint8", {"mode": "SCALED", "narrow_range": True}, [1, 1, 255]),
+    ("MIN_FIRST NaN is 0 for 8-bit T", [float("nan")], -1.0, 1.0, "qint8", {"mode": "MIN_FIRST"}, [0]),
+    ("MIN_FIRST NaN is INT32_MIN for qint32", [float("nan")], -1.0, 1.0, "qint32", {"mode": "MIN_FIRST"}, [-(2**31)]),
+]
+
+
+@pytest.mark.parametrize("name, x, lo, hi, T, attrs, expected", QUIRKS, ids=[q[0] for q in QUIRKS])
+def test_quirk_on_tensorflow(tf_ops, name, x, lo, hi, T, attrs, expected):
+    x = np.array(x, np.float32)
+    theirs = tf_ops.quantize_v2(x, lo, hi, T, **attrs)
+    assert theirs[0].tolist() == expected  # the quirk is real on this TensorFlow
+    ours = quantize_v2(x, lo, hi, T, **attrs)
+    _assert_same_quantize(ours, theirs)
+
+
+def test_quirk_scaled_output_range_from_scale_factor(tf_ops):
+    # Docs example: qint8, [-10, 9] -> scale 12.8, output_max 9.921875; narrow_range moves both ends.
+    for narrow_range in (False, True):
+        ours = quantize_v2([0.0], -10.0, 9.0, "qint8", mode="SCALED", narrow_range=narrow_range)
+        _assert_same_quantize(ours, tf_ops.quantize_v2([0.0], -10.0, 9.0, "qint8", mode="SCALED", narrow_range=narrow_range))
+    assert quantize_v2([0.0], -10.0, 9.0, "qint8", mode="SCALED")[2] == np.float32(9.921875)
+
+
+def test_quirk_dequantize_qint32_scaled_per_tensor_wraps(tf_ops):
+    q = np.array([2**31 - 1, 2147483584, 2147483583], np.int32)
+    theirs = tf_ops.dequantize(q, -1.0, 1.0, "qint32", mode="SCALED")
+    assert theirs[0] == -1.0 and theirs[1] == -1.0 and theirs[2] > 0
+    _assert_same_float_bits(dequantize(q, -1.0, 1.0, mode="SCALED"), theirs)
+    # The per-axis path does not wrap.
+    q2 = np.stack([q, q])
+    theirs = tf_ops.dequantize(q2, [-1.0, -1.0], [1.0, 1.0], "qint32", mode="SCALED", axis=0)
+    assert theirs[0, 0] > 0
+    _assert_same_float_bits(dequantize(q2, [-1.0, -1.0], [1.0, 1.0], mode="SCALED", axis=0), theirs)
+
+
+def test_quirk_dequantize_qint32_min_combined_divides_by_2_pow_32(tf_ops):
+    q = np.array([-(2**31), 0, 2**31 - 1], np.int32)
+    theirs = tf_ops.dequantize(q, 0.0, 4294967295.0, "qint32")
+    _assert_same_float_bits(dequantize(q, 0.0, 4294967295.0), theirs)
+
+
+def test_quirk_axis_of_length_one_takes_the_per_tensor_path(tf_ops):
+    x = np.array([[0.1, 0.2, 0.3]], np.float32)
+    attrs = dict(mode="MIN_FIRST", axis=0)
+    ours = quantize_v2(x, [0.0], [0.3], "quint8", **attrs)
+    theirs = tf_ops.quantize_v2(x, [0.0], [0.3], "quint8", **attrs)
+    assert theirs[1].shape == ()  # scalar output ranges, MIN_FIRST allowed
+    _assert_same_quantize(ours, theirs)
+
+
+def test_quirk_subnormal_ranges_are_zero(tf_ops):
+    # TensorFlow runs kernels with FTZ/DAZ: the subnormal range +-1e-38 acts as 0, so no side of
+    # SCALED's scale applies and the scale is FLT_MAX (IEEE arithmetic would give 128 / 1e-38 = inf
+    # and output_min -0.0).
+    attrs = dict(mode="SCALED", ensure_minimum_range=0.0)
+    theirs = tf_ops.quantize_v2([0.0], -1e-38, 1e-38, "qint8", **attrs)
+    assert theirs[1] == np.float32(-128) / np.finfo(np.float32).max
+    _assert_same_quantize(quantize_v2([0.0], -1e-38, 1e-38, "qint8", **attrs), theirs)
