@@ -211,3 +211,26 @@ def run_onnxruntime(model: onnx.ModelProto, feeds, optimize=True) -> list[np.nda
     onnx.save(model, buffer)
     session = ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+
+
+def cpu_has_vnni() -> bool:
+    """onnxruntime's u8s8 GEMM uses VPDPBUSD (exact) with VNNI, VPMADDUBSW (saturating pairs) without it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags))
+
+
+def requantize_disagreement_model() -> onnx.ModelProto:
+    """One QLinearConv (opset 10) where the peers' requantization differs (docs/semantics.md conv row 1): with
+    x == x_zero_point the accumulator is B = 179782; scales 0.041557427 * 0.021050757 / 1.1036915 give 143 in
+    onnx's reference (float64 product) and 142 in onnxruntime (float32 product). Input x: uint8 (1, 1, 2, 2)."""
+    initializers = [_init(n, v) for n, v in (
+        ("xs", np.float32(0.041557427)), ("xz", np.uint8(0)), ("w", np.ones((1, 1, 1, 1), np.uint8)),
+        ("ws", np.float32(0.021050757)), ("wz", np.uint8(0)), ("ys", np.float32(1.1036915)), ("yz", np.uint8(0)),
+        ("b", np.array([179782], np.int32)))]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"])
+    return _finish([node], "requantize", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 2, 2])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, 2, 2])], initializers, 10)

@@ -1,0 +1,139 @@
+"""qlinear.onnx's API: the op classes in a user's own ReferenceEvaluator, argument errors, node errors, imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from _onnx_models import float_input, qoperator_chain, run_reference
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import qlinear
+import qlinear.onnx as qonnx
+from qlinear.onnx import ops
+
+
+def test_op_classes_are_named_after_their_operators():
+    # ReferenceEvaluator(new_ops=...) keys classes by (op_domain, class name).
+    names = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+             "DynamicQuantizeLinear"}
+    for requantize in ("float64", "float32"):
+        classes = qonnx.op_classes(requantize)
+        assert {cls.__name__ for cls in classes} == names
+        assert all(cls.op_domain == "" and cls.requantize == requantize for cls in classes)
+    assert qonnx.op_classes() is ops.OPS
+    assert ops.QLinearConv in ops.OPS
+
+
+def test_users_own_reference_evaluator_with_the_op_classes():
+    model = qoperator_chain(np.int8)
+    feeds = float_input(model, 0)
+    (ours,) = ReferenceEvaluator(model, new_ops=list(ops.OPS)).run(None, feeds)
+    np.testing.assert_array_equal(ours, run_reference(model, feeds)[0], strict=True)
+    np.testing.assert_array_equal(ours, qonnx.run(model, feeds)["y"], strict=True)
+
+
+def test_model_as_path_bytes_and_evaluator(tmp_path):
+    model = qoperator_chain(np.uint8)
+    feeds = float_input(model, 1)
+    expected = qonnx.run(model, feeds)["y"]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    for given in (path, str(path), model.SerializeToString(), qonnx.evaluator(model)):
+        np.testing.assert_array_equal(qonnx.run(given, feeds)["y"], expected, strict=True)
+
+
+def test_argument_errors():
+    model = qoperator_chain(np.uint8)
+    x = float_input(model, 0)["x"]
+    with pytest.raises(TypeError, match=r"qlinear.onnx.run: model must be an onnx.ModelProto, a path or serialized bytes, got int"):
+        qonnx.run(42, {"x": x})
+    with pytest.raises(TypeError, match=r"qlinear.onnx.run: inputs must be a mapping .*got list"):
+        qonnx.run(model, [x])
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: unknown input 'z'; the model's inputs are \['x'\]"):
+        qonnx.run(model, {"x": x, "z": x})
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: missing input 'x'"):
+        qonnx.run(model, {})
+    with pytest.raises(TypeError, match=r"qlinear.onnx.run: input 'x' must be a NumPy array, got list"):
+        qonnx.run(model, {"x": x.tolist()})
+    with pytest.raises(TypeError, match=r"qlinear.onnx.run: input 'x' must have the model's type float32, got float64"):
+        qonnx.run(model, {"x": x.astype(np.float64)})
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: input 'x' must have rank 4 \(the model's\), got shape \(3, 12, 12\)"):
+        qonnx.run(model, {"x": x[0]})
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: input 'x' must have size 12 along axis 2"):
+        qonnx.run(model, {"x": x[:, :, :5]})
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: 'y1' is not an output of the model; its outputs are \['y'\]"):
+        qonnx.run(model, {"x": x}, outputs=["y1"])
+    with pytest.raises(ValueError, match=r"op_classes: requantize must be one of 'float64', 'float32', got 'float16'"):
+        qonnx.run(model, {"x": x}, requantize="float16")
+    with pytest.raises(ValueError, match=r"op_classes: requantize must be one of"):
+        qonnx.op_classes(["float32"])
+
+
+def _one_node_model(node, inputs, output, initializers, opset=21):
+    graph = helper.make_graph([node], "g", inputs, [output],
+                              [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in initializers])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def test_node_errors_name_the_node_and_keep_qlinears_exception_type():
+    # An exact accumulator beyond int32 (B near its maximum): AccumulatorOverflowError, a ValueError and an
+    # OverflowError, with the node named first.
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], name="big")
+    model = _one_node_model(
+        node, [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 1, 1])],
+        helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, 1, 1]),
+        [("xs", np.float32(1)), ("xz", np.uint8(0)), ("w", np.full((1, 1, 1, 1), 255, np.uint8)), ("ws", np.float32(1)),
+         ("wz", np.uint8(0)), ("ys", np.float32(1)), ("yz", np.uint8(0)), ("b", np.array([2**31 - 1], np.int32))],
+    )
+    with pytest.raises(qlinear.ops._quant_args.AccumulatorOverflowError, match=r"^node 'big' \(QLinearConv\): qlinear_conv: ") as caught:
+        qonnx.run(model, {"x": np.full((1, 1, 1, 1), 255, np.uint8)})
+    assert isinstance(caught.value, OverflowError)
+
+    # A TypeError from qlinear reaches the caller as itself (onnx's OpRun would rewrap it as "Issues with types").
+    node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    model = _one_node_model(
+        node, [helper.make_tensor_value_info("x", TensorProto.UINT8, [3])],
+        helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3]), [("s", np.float64(0.5))],
+    )
+    with pytest.raises(TypeError, match=r"^DequantizeLinear node -> \['y'\]: dequantize_linear: .*x_scale"):
+        qonnx.run(model, {"x": np.arange(3, dtype=np.uint8)})
+
+
+def test_attributes_set_to_their_defaults_and_unset_dtypes():
+    """An explicit attribute equal to the default, and output_dtype=0 (UNDEFINED), mean the default."""
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1, saturate=1, output_dtype=0, block_size=0)
+    model = _one_node_model(
+        node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        helper.make_tensor_value_info("y", TensorProto.UINT8, [4]), [("s", np.float32(0.5))],
+    )
+    x = np.array([-1, 0.25, 0.75, 200], np.float32)
+    np.testing.assert_array_equal(qonnx.run(model, {"x": x})["y"], run_reference(model, {"x": x})[0], strict=True)
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_import_qlinear_and_the_command_parser_do_not_import_onnx():
+    out = _python(
+        "import sys, qlinear, qlinear.cli\n"
+        "qlinear.cli.build_parser()\n"
+        "print([m for m in ('onnx', 'onnxruntime', 'qlinear.onnx') if m in sys.modules])\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_missing_onnx_is_a_clear_import_error():
+    out = _python("import sys\nsys.modules['onnx'] = None\nimport qlinear.onnx\n")
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ImportError: qlinear.onnx needs the onnx package, which is not installed: pip install 'qlinear[onnx]'"
+    )

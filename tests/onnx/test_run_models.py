@@ -1,0 +1,234 @@
+"""qlinear.onnx.run on whole models, against onnx's ReferenceEvaluator and onnxruntime run in the test.
+
+Oracles: the plain ReferenceEvaluator (qlinear's default ``requantize="float64"`` is its arithmetic, and the
+float operators are the same code in both, so every tensor of the graph must be bit-identical), and
+onnxruntime (bit-identical with ``requantize="float32"`` where onnxruntime is exact: uint8 weights, or any
+weights on a CPU with VNNI; docs/onnx.md). Models: hand-built with onnx.helper, and a float CNN and MLP
+quantized by onnxruntime.quantization (static QDQ and QOperator, dynamic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import qlinear.onnx as qonnx
+from _onnx_models import (
+    cpu_has_vnni,
+    float_cnn,
+    float_input,
+    float_mlp,
+    ort_quantize,
+    qdq_model,
+    qoperator_chain,
+    requantize_disagreement_model,
+    run_onnxruntime,
+    run_reference,
+    with_opset,
+)
+
+pytest.importorskip("onnxruntime")
+
+
+def _intermediates(model, feeds, requantize="float64") -> dict[str, np.ndarray]:
+    results = qonnx.evaluator(model, requantize=requantize).run(None, feeds, intermediate=True)
+    return {name: value for name, value in results.items() if name}
+
+
+def _assert_every_tensor_equals_reference(model, feeds, reference_model=None):
+    """Every tensor the graph computes (not only its outputs) is bit-identical to onnx's reference."""
+    ours = _intermediates(model, feeds)
+    theirs = run_reference(reference_model or model, feeds, intermediate=True)
+    assert ours.keys() == {name for name in theirs if name}
+    for name, value in ours.items():
+        expected = np.asarray(theirs[name])
+        assert value.dtype == expected.dtype, name
+        np.testing.assert_array_equal(value, expected, err_msg=name, strict=True)
+
+
+def _weights_exact_on_onnxruntime(weight_type) -> bool:
+    """onnxruntime's u8s8 GEMM is exact with VNNI; without it full-range int8 weights may saturate (docs/semantics.md)."""
+    return weight_type in ("QUInt8", np.uint8) or cpu_has_vnni()
+
+
+# --- hand-built QOperator chain -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+def test_qoperator_chain_every_tensor_equals_onnx_reference(weight_dtype):
+    model = qoperator_chain(weight_dtype)
+    for seed in range(3):
+        _assert_every_tensor_equals_reference(model, float_input(model, seed))
+
+
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+def test_qoperator_chain_float32_requantization_equals_onnxruntime(weight_dtype):
+    weight_range = None if _weights_exact_on_onnxruntime(weight_dtype) else (-64, 63)
+    model = qoperator_chain(weight_dtype, channels=(16, 32, 32), size=20, weight_range=weight_range)
+    evaluator = qonnx.evaluator(model, requantize="float32")
+    for seed in range(4):
+        feeds = float_input(model, seed)
+        ours = qonnx.run(evaluator, feeds)["y"]
+        np.testing.assert_array_equal(ours, run_onnxruntime(model, feeds)[0], strict=True)
+
+
+def test_requantize_modes_reproduce_each_peer_in_a_model():
+    """docs/semantics.md conv row 1 inside a model: the reference evaluator gives 143, onnxruntime 142; each
+    requantize mode gives its peer's value, the default the reference's."""
+    model = requantize_disagreement_model()
+    feeds = {"x": np.array([[[[0, 0], [1, 2]]]], np.uint8)}
+    reference, onnxruntime = run_reference(model, feeds)[0], run_onnxruntime(model, feeds)[0]
+    assert reference[0, 0, 0, 0] == 143 and onnxruntime[0, 0, 0, 0] == 142
+    np.testing.assert_array_equal(qonnx.run(model, feeds)["y"], reference, strict=True)
+    np.testing.assert_array_equal(qonnx.run(model, feeds, requantize="float32")["y"], onnxruntime, strict=True)
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_opsets_before_19_run_where_onnx_reference_cannot(opset):
+    """onnx's reference has no DequantizeLinear before opset 19 (docs/semantics.md Q/DQ row 17); qlinear runs
+    the model at the opset it declares, with the same result as at 21 and as onnxruntime."""
+    model = qoperator_chain(np.uint8, opset=opset)
+    feeds = float_input(model, 0)
+    with pytest.raises(RuntimeError, match="No implementation for operator 'DequantizeLinear'"):
+        run_reference(model, feeds)
+    ours = qonnx.run(model, feeds)["y"]
+    np.testing.assert_array_equal(ours, qonnx.run(qoperator_chain(np.uint8, opset=21), feeds)["y"], strict=True)
+    np.testing.assert_array_equal(qonnx.run(model, feeds, requantize="float32")["y"], run_onnxruntime(model, feeds)[0],
+                                  strict=True)
+
+
+def _per_axis_quantize_model(opset: int) -> onnx.ModelProto:
+    initializers = [onnx.numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "s"),
+                    onnx.numpy_helper.from_array(np.array([0, 10, 250], np.uint8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="per_axis_q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="per_axis_dq")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def test_quantize_linear_gets_the_models_opset():
+    """Per-axis scales came with QuantizeLinear-13 (at 10 y_scale is "a scalar"): a model importing opset 10 is
+    refused with the version named; importing 13 it runs and equals onnxruntime. onnxruntime also accepts the
+    opset-10 model and applies the opset-13 meaning (a documented peer deviation, docs/onnx.md)."""
+    feeds = {"x": np.random.default_rng(7).normal(scale=20, size=(2, 3, 4)).astype(np.float32)}
+    with pytest.raises(ValueError, match=r"node 'per_axis_q' \(QuantizeLinear\): quantize_linear: .*QuantizeLinear-10"):
+        qonnx.run(_per_axis_quantize_model(10), feeds)
+    ours = qonnx.run(_per_axis_quantize_model(13), feeds)["y"]
+    np.testing.assert_array_equal(ours, run_onnxruntime(_per_axis_quantize_model(13), feeds)[0], strict=True)
+    np.testing.assert_array_equal(ours, run_onnxruntime(_per_axis_quantize_model(10), feeds)[0], strict=True)
+
+
+# --- hand-built QDQ model ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+def test_qdq_model_every_tensor_equals_onnx_reference(weight_dtype):
+    model = qdq_model(weight_dtype)
+    for seed in range(3):
+        _assert_every_tensor_equals_reference(model, float_input(model, seed))
+
+
+def _assert_qdq_within_documented_tolerance(ours: dict, theirs: list, model, first_quantized: str | None):
+    """docs/onnx.md: a Q after a float operator may differ by one step where the float result lies within float
+    rounding of a rounding boundary (and that propagates downstream); the quantized model input is exact."""
+    names = [o.name for o in model.graph.output]
+    for name, expected in zip(names, theirs):
+        value = ours[name]
+        assert value.dtype == expected.dtype and value.shape == expected.shape, name
+        if value.dtype.kind in "ui":
+            steps = np.abs(value.astype(np.int64) - expected.astype(np.int64))
+            if name == first_quantized:
+                assert steps.max(initial=0) == 0, name
+            assert steps.max(initial=0) <= 2, name
+            assert np.count_nonzero(steps) <= max(1, value.size // 100), name
+        else:
+            np.testing.assert_allclose(value, expected, rtol=0.05, atol=0.05 * np.abs(expected).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("weight_dtype", [np.int8, np.uint8])
+def test_qdq_model_against_onnxruntime(weight_dtype):
+    if not _weights_exact_on_onnxruntime(weight_dtype):
+        pytest.skip("full-range int8 weights: onnxruntime saturates without VNNI")
+    model = qdq_model(weight_dtype)
+    for seed in range(3):
+        feeds = float_input(model, seed)
+        ours = qonnx.run(model, feeds)
+        for optimize in (True, False):  # fused into QLinearConv/QLinearMatMul, or float ops as written
+            _assert_qdq_within_documented_tolerance(ours, run_onnxruntime(model, feeds, optimize), model, "xq")
+
+
+# --- float models quantized by onnxruntime.quantization --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ort_models(tmp_path_factory):
+    """Quantize once per module: {(model, format, weight type): ModelProto}."""
+    models = {}
+    for float_model in (float_cnn(), float_mlp()):
+        name = float_model.graph.name
+        for fmt in ("QOperator", "QDQ"):
+            for weight_type in ("QInt8", "QUInt8"):
+                per_channel = name == "cnn"
+                models[name, fmt, weight_type] = ort_quantize(
+                    float_model, tmp_path_factory.mktemp(f"{name}{fmt}{weight_type}"), quant_format=fmt,
+                    weight_type=weight_type, per_channel=per_channel,
+                )
+        for weight_type in ("QInt8", "QUInt8"):
+            models[name, "dynamic", weight_type] = ort_quantize(
+                float_model, tmp_path_factory.mktemp(f"{name}dyn{weight_type}"), static=False, weight_type=weight_type,
+            )
+    return models
+
+
+ORT_CASES = [(m, f, w) for m in ("cnn", "mlp") for f in ("QOperator", "QDQ", "dynamic") for w in ("QInt8", "QUInt8")]
+
+
+def test_quantized_models_use_the_expected_operators(ort_models):
+    """The quantizer produced what the cases below claim to test."""
+    ops = {key: {node.op_type for node in model.graph.node} for key, model in ort_models.items()}
+    assert {"QuantizeLinear", "QLinearConv", "QLinearMatMul", "DequantizeLinear"} <= ops["cnn", "QOperator", "QInt8"]
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv", "MatMul"} <= ops["cnn", "QDQ", "QInt8"]
+    assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"} <= ops["cnn", "dynamic", "QUInt8"]
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops["mlp", "dynamic", "QInt8"]
+    assert all(node.domain in ("", "ai.onnx") for model in ort_models.values() for node in model.graph.node)
+    assert all(entry.version < 19 for model in ort_models.values() for entry in model.opset_import if entry.domain == "")
+
+
+@pytest.mark.parametrize("key", ORT_CASES, ids=["-".join(k) for k in ORT_CASES])
+def test_onnxruntime_quantized_model_every_tensor_equals_onnx_reference(ort_models, key):
+    """The quantizer writes opset < 19, which onnx's reference cannot run (no DequantizeLinear-13); it runs the
+    same model at opset 19, whose operators here compute the same values."""
+    model = ort_models[key]
+    for seed in range(2):
+        _assert_every_tensor_equals_reference(model, float_input(model, seed), with_opset(model, 19))
+
+
+@pytest.mark.parametrize("key", ORT_CASES, ids=["-".join(k) for k in ORT_CASES])
+def test_onnxruntime_quantized_model_against_onnxruntime(ort_models, key):
+    model = ort_models[key]
+    name, fmt, weight_type = key
+    if fmt != "dynamic" and not _weights_exact_on_onnxruntime(weight_type):
+        pytest.skip("full-range int8 weights: onnxruntime saturates without VNNI")
+    for seed in range(2):
+        feeds = float_input(model, seed)
+        if fmt == "QOperator":
+            # Integer operators end to end; the float Add after the last DequantizeLinear is one IEEE operation.
+            ours = qonnx.run(model, feeds, requantize="float32")
+            for optimize in (True, False):
+                np.testing.assert_array_equal(ours["y"], run_onnxruntime(model, feeds, optimize)[0], strict=True)
+        elif fmt == "dynamic":
+            # DynamicQuantizeLinear, MatMulInteger/ConvInteger exact; Cast, Mul, Add are single IEEE operations
+            # when onnxruntime runs them as written. Optimized, it fuses them into com.microsoft kernels
+            # (MatMulIntegerToFloat, ...), which may round the float products in another order.
+            ours = qonnx.run(model, feeds)
+            np.testing.assert_array_equal(ours["y"], run_onnxruntime(model, feeds, optimize=False)[0], strict=True)
+            np.testing.assert_allclose(ours["y"], run_onnxruntime(model, feeds)[0], rtol=1e-5, atol=1e-5)
+        else:
+            ours = qonnx.run(model, feeds)
+            for optimize in (True, False):
+                _assert_qdq_within_documented_tolerance(ours, run_onnxruntime(model, feeds, optimize), model, None)
