@@ -240,14 +240,16 @@ def _evaluate(source: Path, args, original, quantized) -> dict:
         raise UserError(f"--eval {path}: needs one array per model input ({', '.join(input_names)}) and 'labels'; "
                         f"missing {', '.join(missing)}")
     feeds = {n: arrays[n] for n in input_names}
-    runtime, run = _runner()
-    if run is None:
-        return {"accuracy": None, "accuracy_note": "neither onnxruntime nor onnx's reference evaluator could run"}
-    try:
-        before = np.asarray(run(original, feeds), np.float64)
-        after = np.asarray(run(quantized, feeds), np.float64)
-    except Exception as error:
-        return {"accuracy": None, "accuracy_note": f"{runtime} could not run the model: {str(error).splitlines()[0]}"}
+    notes = []
+    for runtime, run in _runners():
+        try:
+            before = np.asarray(run(original, feeds), np.float64)
+            after = np.asarray(run(quantized, feeds), np.float64)
+            break
+        except Exception as error:  # e.g. onnxruntime lacks a kernel for this type: try the next runtime
+            notes.append(f"{runtime} could not run the model: {str(error).splitlines()[0][:160]}")
+    else:
+        return {"accuracy": None, "accuracy_note": "; ".join(notes) or "neither onnxruntime nor onnx is importable"}
     labels = arrays["labels"].reshape(-1)
     predicted_before = before.reshape(len(labels), -1).argmax(axis=1)
     predicted_after = after.reshape(len(labels), -1).argmax(axis=1)
@@ -259,26 +261,26 @@ def _evaluate(source: Path, args, original, quantized) -> dict:
     }}
 
 
-def _runner():
-    """(name, run(model, feeds) -> first output): onnxruntime, else onnx's reference evaluator."""
+def _runners():
+    """(name, run(model, feeds) -> first output) for onnxruntime, then onnx's reference evaluator."""
     try:
         import onnxruntime
 
-        def run(model, feeds):
+        def run_onnxruntime(model, feeds):
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3
             session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             return session.run(None, feeds)[0]
 
-        return f"onnxruntime {onnxruntime.__version__}", run
+        yield f"onnxruntime {onnxruntime.__version__}", run_onnxruntime
     except ImportError:
         pass
     try:
         from onnx.reference import ReferenceEvaluator
-
-        def run(model, feeds):
-            return ReferenceEvaluator(model).run(None, feeds)[0]
-
-        return "onnx.reference.ReferenceEvaluator", run
     except ImportError:
-        return "none", None
+        return
+
+    def run_reference(model, feeds):
+        return ReferenceEvaluator(model).run(None, feeds)[0]
+
+    yield "onnx.reference.ReferenceEvaluator", run_reference
