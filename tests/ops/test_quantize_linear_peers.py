@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import json
 import os
 import re
@@ -51,6 +52,17 @@ from ._qdq_peers import (  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 X_ARRAYS_PER_CASE = 8
+
+
+def _implementations():
+    try:
+        from qlinear.kernels.quantize_linear import use_kernels
+    except ImportError:  # no kernel switch: the public functions only
+        return [("qlinear", contextlib.nullcontext)]
+    return [("qlinear", lambda: use_kernels(True)), ("qlinear's NumPy reference", lambda: use_kernels(False))]
+
+
+IMPLEMENTATIONS = _implementations()
 ORT_MAX_OPSET = 25  # onnxruntime 1.32 has no QuantizeLinear(28)/DequantizeLinear(28) kernel
 OPSETS = tuple(s.since for s in schemas.SCHEMAS["QuantizeLinear"])
 SMALL_FLOATS = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1", "float6e2m3",
@@ -132,6 +144,14 @@ class Case:
         cls = {"reference": ReferencePeer, "onnxruntime": OnnxRuntimePeer}[kind]
         return cls(self.op, opset, self.x_type, self.x_shape, self.scale, zero_point, self.y_type,
                    attributes)
+
+    def run_all(self, x) -> list[tuple[str, np.ndarray]]:
+        """qlinear's output from its fast kernels and from its NumPy reference (both must match the peers)."""
+        outputs = []
+        for name, context in IMPLEMENTATIONS:
+            with context():
+                outputs.append((name, self.run_qlinear(x)))
+        return outputs
 
     def run_qlinear(self, x):
         kwargs = {}
@@ -417,11 +437,14 @@ def _show(case: Case, x, where, **arrays) -> str:
 class Explained:
     """Bookkeeping of the elements where qlinear and the peer differ: each must be claimed by a deviation."""
 
-    def __init__(self, case, peer, x, actual, expected):
+    def __init__(self, case, peer, x, actual, expected, implementation="qlinear"):
         self.case, self.peer, self.x = case, peer, x
         self.actual, self.expected = actual, expected
+        self.implementation = implementation
+        self.counted = implementation == IMPLEMENTATIONS[0][0]
         self.open = ~same_bits(actual, expected)
-        STATS[f"{peer} | {case.label} | elements"] += actual.size
+        if self.counted:
+            STATS[f"{peer} | {case.label} | elements"] += actual.size
 
     def claim(self, name: str, where: np.ndarray, check) -> None:
         """Claim the open differences inside ``where`` for deviation ``name``; ``check(mask)`` asserts both
@@ -429,11 +452,12 @@ class Explained:
         mask = self.open & where
         if mask.any():
             check(mask)
-            STATS[f"{self.peer} | {self.case.label} | {name}"] += int(mask.sum())
+            if self.counted:
+                STATS[f"{self.peer} | {self.case.label} | {name}"] += int(mask.sum())
             self.open &= ~mask
 
     def done(self, **context):
-        assert not self.open.any(), "unexplained difference from " + self.peer + "\n" + _show(
+        assert not self.open.any(), f"unexplained difference between {self.implementation} and {self.peer}\n" + _show(
             self.case, self.x, self.open, qlinear=self.actual, peer=self.expected, **context)
 
 
@@ -576,7 +600,7 @@ def _claim_quantize_deviations(check: Explained, case: Case, x, q, extra: dict) 
         p = DT[case.division_type]
         with np.errstate(all="ignore"):
             added_in_f32 = q.astype(p).astype(np.float32) + zp.astype(np.float32)
-            differs = added_in_f32.astype(p).astype(np.float32) != added_in_f32
+            differs = (added_in_f32.astype(p).astype(np.float32) != added_in_f32) & ~np.isnan(added_in_f32)
         def addition_precision(mask):
             assert same_bits(actual, y_formula)[mask].all(), _show(case, x, mask, qlinear=actual, formula=y_formula)
             assert same_bits(expected, added_in_f32.astype(DT[case.quantized]))[mask].all()
@@ -605,7 +629,7 @@ def test_quantize_linear_matches_reference(case):
         composed = ComposedSpec(case)
     for _ in range(X_ARRAYS_PER_CASE):
         x = make_quantize_x(rng, case)
-        actual, expected = case.run_qlinear(x), peer.run(x)
+        expected = peer.run(x)
         extra = {}
         if spec_peer is not None:
             extra["spec_peer"] = spec_peer.run(x)
@@ -613,9 +637,10 @@ def test_quantize_linear_matches_reference(case):
             extra["peer_without_zero_point"] = without.run(x)
         if composed is not None:
             extra["composed"] = composed.run(x)
-        check = Explained(case, "reference", x, actual, expected)
-        _claim_quantize_deviations(check, case, x, quotient(case, x), extra)
-        check.done()
+        for implementation, actual in case.run_all(x):
+            check = Explained(case, "reference", x, actual, expected, implementation)
+            _claim_quantize_deviations(check, case, x, quotient(case, x), extra)
+            check.done()
 
 
 @settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
@@ -634,19 +659,21 @@ def test_quantize_linear_matches_onnxruntime(case):
         reference_f16 = case.peer("reference", opset=23, precision="float16")
     for _ in range(X_ARRAYS_PER_CASE):
         x = make_quantize_x(rng, case)
-        actual, expected = case.run_qlinear(x), peer.run(x)
+        expected = peer.run(x)
         extra = {}
         if without is not None:
             extra["peer_without_zero_point"], extra["composed"] = without.run(x), composed.run(x)
-        check = Explained(case, "onnxruntime", x, actual, expected)
-        _claim_quantize_deviations(check, case, x, quotient(case, x), extra)
         if float32_division:
             y32, y16 = reference_f32.run(x), reference_f16.run(x)
-            def in_float32(mask):
-                assert same_bits(expected, y32)[mask].all(), _show(case, x, mask, peer=expected, f32=y32)
-                assert same_bits(actual, y16)[mask].all(), _show(case, x, mask, qlinear=actual, f16=y16)
-            check.claim("division in float32 (float16 before opset 23)", ~same_bits(y32, y16), in_float32)
-        check.done()
+        for implementation, actual in case.run_all(x):
+            check = Explained(case, "onnxruntime", x, actual, expected, implementation)
+            _claim_quantize_deviations(check, case, x, quotient(case, x), extra)
+            if float32_division:
+                def in_float32(mask):
+                    assert same_bits(expected, y32)[mask].all(), _show(case, x, mask, peer=expected, f32=y32)
+                    assert same_bits(actual, y16)[mask].all(), _show(case, x, mask, qlinear=actual, f16=y16)
+                check.claim("division in float32 (float16 before opset 23)", ~same_bits(y32, y16), in_float32)
+            check.done()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -656,6 +683,12 @@ def test_quantize_linear_matches_onnxruntime(case):
 def _nonzero_small_float_zero_point(case: Case) -> bool:
     return (case.quantized in FLOAT8 + ("float4e2m1",) and case.zero_point is not None
             and bool(np.any(case.zero_point.view(np.uint8) != 0)))
+
+
+def _assert_formula(case, x, outputs, formula):
+    for implementation, actual in outputs:
+        equal = same_bits(actual, formula)
+        assert equal.all(), implementation + "\n" + _show(case, x, ~equal, qlinear=actual, formula=formula)
 
 
 @settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
@@ -671,26 +704,27 @@ def test_dequantize_linear_matches_reference(case):
     refuses = odd_zero_point and bool(np.any(case.zero_point.astype(np.float32).astype(np.int64) % 256))
     for _ in range(X_ARRAYS_PER_CASE):
         x = make_dequantize_x(rng, case)
-        actual = case.run_qlinear(x)
+        outputs = case.run_all(x)
         if odd_zero_point and case.quantized in FLOAT8 and refuses:
             # The reference refuses a float8 zero point whose values, truncated to uint8, are not all 0;
             # the formula subtracts it.
             with pytest.raises(ValueError, match="should be zero for float8"):
                 peer.run(x)
-            expected = composed.run(x)
-            assert same_bits(actual, expected).all(), _show(case, x, ~same_bits(actual, expected),
-                                                            qlinear=actual, formula=expected)
+            _assert_formula(case, x, outputs, composed.run(x))
             STATS[f"reference | {case.label} | float8 zero point refused (raises)"] += x.size
             continue
         expected = peer.run(x)
-        check = Explained(case, "reference", x, actual, expected)
-        if odd_zero_point:  # float4, and float8 zero points in (-1, 1): the reference ignores them
+        if odd_zero_point:
             y_without, y_formula = without.run(x), composed.run(x)
-            def ignored(mask):
-                assert same_bits(expected, y_without)[mask].all()
-                assert same_bits(actual, y_formula)[mask].all(), _show(case, x, mask, qlinear=actual, formula=y_formula)
-            check.claim(f"{case.quantized[:6]} zero point ignored", np.ones(x.shape, bool), ignored)
-        check.done()
+        for implementation, actual in outputs:
+            check = Explained(case, "reference", x, actual, expected, implementation)
+            if odd_zero_point:  # float4, and float8 zero points in (-1, 1): the reference ignores them
+                def ignored(mask):
+                    assert same_bits(expected, y_without)[mask].all()
+                    assert same_bits(actual, y_formula)[mask].all(), _show(case, x, mask, qlinear=actual,
+                                                                           formula=y_formula)
+                check.claim(f"{case.quantized[:6]} zero point ignored", np.ones(x.shape, bool), ignored)
+            check.done()
 
 
 @settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
@@ -702,16 +736,14 @@ def test_dequantize_linear_matches_onnxruntime(case):
     composed = ComposedSpec(case) if odd_zero_point else None
     for _ in range(X_ARRAYS_PER_CASE):
         x = make_dequantize_x(rng, case)
-        actual = case.run_qlinear(x)
+        outputs = case.run_all(x)
         if odd_zero_point:
             # onnxruntime refuses a non-zero float8 zero point at run time; the formula subtracts it.
             with pytest.raises(Exception, match="should have no zero point or all zero points should be 0"):
                 peer.run(x)
-            expected = composed.run(x)
-            assert same_bits(actual, expected).all(), _show(case, x, ~same_bits(actual, expected),
-                                                            qlinear=actual, formula=expected)
+            _assert_formula(case, x, outputs, composed.run(x))
             STATS[f"onnxruntime | {case.label} | float8 zero point refused (raises)"] += x.size
             continue
         expected = peer.run(x)
-        check = Explained(case, "onnxruntime", x, actual, expected)
-        check.done()
+        for implementation, actual in outputs:
+            Explained(case, "onnxruntime", x, actual, expected, implementation).done()
