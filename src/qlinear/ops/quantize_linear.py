@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes, granularity as granularity_mod, schemas
 from ..dtypes import ElementType
+from ..kernels import quantize_linear as kernels
 from ..reference import quantize_linear as reference
 
 _Q = "quantize_linear"
@@ -194,7 +195,10 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
     if is_dask_array(x):
         from .. import dask_adapter
         return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
-    return reference.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
+    result = kernels.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
+    if result is None:  # no kernel for this case (or kernels switched off): the reference
+        result = reference.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
+    return result
 
 
 def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype, opset):
@@ -255,7 +259,10 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     if is_dask_array(x):
         from .. import dask_adapter
         return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
-    return reference.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
+    result = kernels.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
+    if result is None:
+        result = reference.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
+    return result
 
 
 def _same(value, default) -> bool:

@@ -1,0 +1,300 @@
+"""The numba QuantizeLinear/DequantizeLinear kernels against the NumPy reference, bit for bit.
+
+Every case runs through `qlinear.quantize_linear` / `qlinear.dequantize_linear` twice: with the kernels
+(and the reference patched to fail, so the kernel really ran) and with `use_kernels(False)`. The
+cases cover every input, scale, precision and output type of opset 28, every granularity at any axis
+(blocked with a short last block), zero points present or absent, both saturate modes, and edge values:
+ties, signed zeros, NaN, infinities, huge, subnormal, the float8/6/4 rounding thresholds. Half the cases
+run the parallel kernel on small inputs (the serial threshold lowered to 0), so chunk boundaries fall
+inside rows and blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import qlinear
+from qlinear import dtypes, schemas
+from qlinear.kernels import quantize_linear as kernels
+from qlinear.kernels import threads
+from qlinear.ops import quantize_linear as ops
+
+Q28 = schemas.schema_for("QuantizeLinear", None, "test")
+DQ28 = schemas.schema_for("DequantizeLinear", None, "test")
+Q_OUTPUTS = [dtypes.get(n) for n in Q28.quantized_types]
+DQ_INPUTS = [dtypes.get(n) for n in DQ28.quantized_types]
+
+# Values around which results change: ties, the float8/6/4 and float16 thresholds, extremes.
+SPECIAL = np.array(
+    [0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 0.5, -0.5, 1.5, 2.5, -2.5, 127.5, 128.5, -128.5, 255.5, 256.0,
+     -129.0, 32767.5, 65535.5, 2.0**31, -(2.0**31), 2.0**31 + 256, 3.4e38, -3.4e38, 1e-45, -1e-45, 1e-40, 1.2e-38,
+     448.0, 464.0, 465.0, 480.0, 240.0, 248.0, 57344.0, 61440.0, 61441.0, 6.0, 6.5, 7.0, 7.5, 7.75, 8.0, 28.0, 30.0,
+     32.0, 0.25, 0.75, 2.0**-9, 2.0**-10, 3 * 2.0**-11, 2.0**-16, 2.0**-17, 2.0**-18, 65504.0, 65519.0, 65520.0,
+     2.0**-24, 2.0**-25, 3 * 2.0**-26, 1.0 / 3, 2.0 / 3],
+    np.float64,
+)
+SCALES = np.array([1.0, 0.5, 2.0, 0.25, 0.1, 0.7, 3.0, 1e-3, 1.0 / 3, 2.0**-10, 1e-30, 1e30, 2.0**-126, 0.0, -1.0,
+                   -0.3, np.nan, np.inf, 65504.0, 1e-7], np.float64)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _x_values(rng, shape, dtype) -> np.ndarray:
+    n = int(np.prod(shape))
+    if dtype == np.int32:
+        wide = rng.integers(-(2**31), 2**31, n, dtype=np.int64)
+        small = rng.integers(-600, 600, n)
+        near = rng.choice([2**24 + 2**16 + 1, 2**24 + 1, -(2**31), 2**31 - 1, 65519, 65520, 16777217], n)
+        pick = rng.integers(0, 3, n)
+        return np.choose(pick, [wide, small, near]).astype(np.int32).reshape(shape)
+    normal = rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)
+    ties = rng.integers(-700, 700, n) + 0.5
+    special = rng.choice(SPECIAL, n) * rng.choice([1.0, 2.0, 0.5, 0.7], n)
+    pick = rng.integers(0, 3, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.choose(pick, [normal, ties, special]).astype(dtype).reshape(shape)
+
+
+def _params(rng, shape, dtype) -> np.ndarray:
+    values = np.where(rng.random(shape) < 0.8, rng.choice(SCALES[:10], shape), rng.choice(SCALES, shape))
+    if np.dtype(dtype) == np.int32:
+        return rng.integers(-5, 60, shape).astype(np.int32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values).astype(dtype)
+
+
+def _zero_point(rng, shape, t: dtypes.ElementType) -> np.ndarray:
+    if t.is_integer:
+        near_edges = rng.choice([t.qmin, t.qmax, 0, t.qmin + 1, t.qmax - 1], shape)
+        anywhere = rng.integers(t.qmin, t.qmax, shape, endpoint=True, dtype=np.int64)
+        return np.where(rng.random(shape) < 0.5, near_edges, anywhere).astype(t.dtype)
+    with np.errstate(over="ignore"):
+        return rng.choice([0.0, 0.0, -0.0, 1.0, -0.5, 2.0], shape).astype(t.dtype)
+
+
+@st.composite
+def layouts(draw, allow_block=True):
+    rank = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank)))
+    kinds = ["tensor"] + (["axis"] + (["block"] if allow_block else []) if rank else [])
+    kind = draw(st.sampled_from(kinds))
+    axis = draw(st.integers(-rank, rank - 1)) if rank else 1
+    block = 0
+    if kind == "tensor":
+        param_shape = draw(st.sampled_from([(), (1,)]))
+    elif kind == "axis":
+        param_shape = (shape[axis],)
+    else:
+        block = draw(st.integers(1, shape[axis] + 2))
+        param_shape = list(shape)
+        param_shape[axis] = -(-shape[axis] // block)
+        param_shape = tuple(param_shape)
+    return shape, param_shape, axis, block
+
+
+class _Boom(AssertionError):
+    pass
+
+
+def _fail(*args, **kwargs):
+    raise _Boom("the reference ran although a kernel covers this case")
+
+
+def _both(fn, parallel: bool, *args, **kwargs):
+    """(kernel result, reference result); the reference is patched out while the kernel path runs."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ops.reference, "quantize_linear", _fail)
+        m.setattr(ops.reference, "dequantize_linear", _fail)
+        if parallel:
+            m.setattr(threads, "SERIAL_BELOW", 0)
+        with kernels.use_kernels(True), np.errstate(all="ignore"):
+            fast = fn(*args, **kwargs)
+    with kernels.use_kernels(False), np.errstate(all="ignore"):
+        slow = fn(*args, **kwargs)
+    return fast, slow
+
+
+def _assert_identical(fast: np.ndarray, slow: np.ndarray) -> None:
+    assert fast.dtype == slow.dtype and fast.shape == slow.shape
+    bad = np.flatnonzero(_bits(fast) != _bits(slow))
+    assert bad.size == 0, f"{bad.size} of {fast.size} differ; first {bad[:4]}: {fast.reshape(-1)[bad[:4]]} vs {slow.reshape(-1)[bad[:4]]}"
+
+
+X_TYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.int32]
+SCALE_TYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.int32, ml_dtypes.float8_e8m0fnu]
+PRECISIONS = [None, "float", "float16", "bfloat16", "double"]
+
+
+@settings(max_examples=400)
+@given(
+    layout=layouts(),
+    x_type=st.sampled_from(X_TYPES),
+    scale_type=st.sampled_from(SCALE_TYPES),
+    output=st.sampled_from(Q_OUTPUTS),
+    precision=st.sampled_from(PRECISIONS),
+    with_zero_point=st.booleans(),
+    saturate=st.sampled_from([0, 1]),
+    parallel=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_quantize_kernel_equals_reference(layout, x_type, scale_type, output, precision,
+                                          with_zero_point, saturate, parallel, seed):
+    shape, param_shape, axis, block = layout
+    rng = np.random.default_rng(seed)
+    x = _x_values(rng, shape, x_type)
+    scale = _params(rng, param_shape, scale_type)
+    zp = _zero_point(rng, param_shape, output) if with_zero_point else None
+    kwargs = dict(axis=axis, block_size=block, output_dtype=output.dtype, precision=precision)
+    if output.kind == "float8":
+        kwargs["saturate"] = saturate
+    fast, slow = _both(qlinear.quantize_linear, parallel, x, scale, zp, **kwargs)
+    _assert_identical(fast, slow)
+
+
+@settings(max_examples=300)
+@given(
+    layout=layouts(),
+    x_type=st.sampled_from(DQ_INPUTS),
+    scale_type=st.sampled_from([np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e8m0fnu]),
+    output=st.sampled_from([None, np.float32, np.float16, ml_dtypes.bfloat16]),
+    with_zero_point=st.booleans(),
+    parallel=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_dequantize_kernel_equals_reference(layout, x_type, scale_type, output, with_zero_point,
+                                            parallel, seed):
+    shape, param_shape, axis, block = layout
+    rng = np.random.default_rng(seed)
+    if scale_type == ml_dtypes.float8_e8m0fnu and output is None:
+        output = np.float32
+    if x_type.is_integer:
+        x = rng.integers(x_type.qmin, x_type.qmax, shape, endpoint=True, dtype=np.int64).astype(x_type.dtype)
+    else:
+        x = rng.integers(0, 1 << x_type.bits, shape).astype(np.uint8).view(x_type.dtype)
+    scale = _params(rng, param_shape, scale_type)
+    zp = _zero_point(rng, param_shape, x_type) if with_zero_point else None
+    fast, slow = _both(qlinear.dequantize_linear, parallel, x, scale, zp, axis=axis, block_size=block,
+                       output_dtype=output)
+    _assert_identical(fast, slow)
+
+
+@pytest.mark.parametrize("output", Q_OUTPUTS, ids=lambda t: t.onnx_name)
+@pytest.mark.parametrize("x_type", X_TYPES, ids=lambda t: np.dtype(t).name)
+def test_quantize_every_output_larger_than_the_serial_threshold(x_type, output):
+    """Sizes above the serial threshold, the real parallel path: per-tensor, per-axis (last axis) and
+    blocked (middle axis, short last block)."""
+    rng = np.random.default_rng(7)
+    x = _x_values(rng, (3, 37, 401), x_type)
+    kw = dict(output_dtype=output.dtype)
+    cases = [
+        (np.float32(0.37), dict()),
+        (_params(rng, (401,), np.float32), dict(axis=-1)),
+        (_params(rng, (3, 10, 401), np.float32), dict(axis=1, block_size=4)),
+    ]
+    for scale, extra in cases:
+        zp = _zero_point(rng, np.shape(scale), output)
+        fast, slow = _both(qlinear.quantize_linear, False, x, scale.astype(np.float32), zp, **kw, **extra)
+        _assert_identical(fast, slow)
+
+
+@pytest.mark.parametrize("x_type", DQ_INPUTS, ids=lambda t: t.onnx_name)
+def test_dequantize_every_input_larger_than_the_serial_threshold(x_type):
+    rng = np.random.default_rng(8)
+    shape = (5, 33, 301)
+    if x_type.is_integer:
+        x = rng.integers(x_type.qmin, x_type.qmax, shape, endpoint=True, dtype=np.int64).astype(x_type.dtype)
+    else:
+        x = rng.integers(0, 1 << x_type.bits, shape).astype(np.uint8).view(x_type.dtype)
+    for scale, extra in [(np.float32(0.37), {}), (_params(rng, (33,), np.float32), dict(axis=1)),
+                         (_params(rng, (2, 33, 301), np.float32), dict(axis=0, block_size=3))]:
+        for output in (np.float32, np.float16, ml_dtypes.bfloat16):
+            zp = _zero_point(rng, np.shape(scale), x_type)
+            fast, slow = _both(qlinear.dequantize_linear, False, x, scale, zp, output_dtype=output, **extra)
+            _assert_identical(fast, slow)
+
+
+def test_non_contiguous_input():
+    x = _x_values(np.random.default_rng(3), (40, 30), np.float32).T[::2]
+    fast, slow = _both(qlinear.quantize_linear, True, x, np.float32(0.3), np.int8(1))
+    _assert_identical(fast, slow)
+
+
+def test_empty_input():
+    for shape in [(0,), (3, 0, 2)]:
+        y = qlinear.quantize_linear(np.zeros(shape, np.float32), np.float32(1), np.uint8(0))
+        assert y.shape == shape and y.dtype == np.uint8
+        z = qlinear.dequantize_linear(y, np.float32(1), np.uint8(0))
+        assert z.shape == shape and z.dtype == np.float32
+
+
+# ----------------------------------------------------------------------------------------------- threads
+def test_set_num_threads_validates():
+    with pytest.raises(ValueError, match=r"set_num_threads: n must lie in \[1, \d+\]"):
+        threads.set_num_threads(0)
+    with pytest.raises(TypeError, match="set_num_threads: n must be an int"):
+        threads.set_num_threads(1.5)
+
+
+def test_one_thread_and_all_threads_agree():
+    x = _x_values(np.random.default_rng(4), (200_000,), np.float32)
+    before = threads.get_num_threads()
+    try:
+        threads.set_num_threads(1)
+        assert threads.get_num_threads() == 1
+        one = qlinear.quantize_linear(x, np.float32(0.3), np.int8(1))
+        threads.set_num_threads(before)
+        many = qlinear.quantize_linear(x, np.float32(0.3), np.int8(1))
+    finally:
+        threads.set_num_threads(before)
+    _assert_identical(one, many)
+
+
+def test_concurrent_calls_from_threads():
+    rng = np.random.default_rng(5)
+    xs = [_x_values(rng, (100_000,), np.float32) for _ in range(8)]
+    with kernels.use_kernels(False), np.errstate(all="ignore"):
+        expected = [qlinear.quantize_linear(x, np.float32(0.3), np.uint8(9)) for x in xs]
+    with ThreadPoolExecutor(4) as pool, np.errstate(all="ignore"):
+        got = list(pool.map(lambda x: qlinear.quantize_linear(x, np.float32(0.3), np.uint8(9)), xs * 3))
+    for g, e in zip(got, expected * 3):
+        _assert_identical(g, e)
+
+
+def test_concurrent_calls_under_the_workqueue_layer():
+    """numba's workqueue layer aborts on concurrent parallel calls; qlinear serialises them."""
+    script = textwrap.dedent(
+        """
+        import numpy as np, numba, qlinear
+        from concurrent.futures import ThreadPoolExecutor
+        x = np.linspace(-300, 300, 200_000, dtype=np.float32)
+        ref = qlinear.quantize_linear(x, np.float32(0.7), np.uint8(128))
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(lambda _: qlinear.quantize_linear(x, np.float32(0.7), np.uint8(128)), range(16)))
+        assert all(np.array_equal(o, ref) for o in outs)
+        print(numba.threading_layer())
+        """
+    )
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "workqueue"
+
+
+def test_numba_num_threads_environment_is_honoured():
+    script = "import qlinear.kernels.threads as t; print(t.get_num_threads())"
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1"

@@ -1,0 +1,125 @@
+"""The kernels' bit-level conversions against NumPy and ml_dtypes: exhaustive where the input space is
+small (every float16/bfloat16 pattern), and on a dense float32 sweep around every rounding boundary of
+every float8/float6/float4/float16 format (each representable value, each midpoint, and their float32
+neighbours), plus special values and random float32 patterns."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+
+from qlinear import dtypes
+from qlinear.kernels import small_float as sf
+from qlinear.reference.small_float import to_small_float
+
+SMALL_FLOATS = [t for t in dtypes.TYPES if t.is_small_float]
+
+
+@numba.njit(cache=True)
+def _map_f16_to_f32(h):
+    out = np.empty(h.size, np.float32)
+    for i in range(h.size):
+        out[i] = sf.f16_bits_to_f32(h[i])
+    return out
+
+
+@numba.njit(cache=True)
+def _map_bf16_to_f32(h):
+    out = np.empty(h.size, np.float32)
+    for i in range(h.size):
+        out[i] = sf.bf16_bits_to_f32(h[i])
+    return out
+
+
+@numba.njit(cache=True)
+def _map_round(v, bf16):
+    out = np.empty(v.size, np.float32)
+    for i in range(v.size):
+        out[i] = sf.round_to_bf16(v[i]) if bf16 else sf.round_to_f16(v[i])
+    return out
+
+
+@numba.njit(cache=True)
+def _map_bits(v, bf16):
+    out = np.empty(v.size, np.uint16)
+    for i in range(v.size):
+        out[i] = sf.f32_to_bf16_bits(v[i]) if bf16 else sf.f32_to_f16_bits(v[i])
+    return out
+
+
+@numba.njit(cache=True)
+def _map_encode(v, mbits, bias, max_code, sign_shift, op, on, np_, nn, signed_zero):
+    out = np.empty(v.size, np.uint8)
+    for i in range(v.size):
+        out[i] = sf.encode_small_float(v[i], mbits, bias, max_code, sign_shift, op, on, np_, nn, signed_zero)
+    return out
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    view = {1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize]
+    bad = np.flatnonzero(a.view(view) != b.view(view))
+    assert bad.size == 0, f"{bad.size} differ, first at {bad[:5]}: {a[bad[:5]]} vs {b[bad[:5]]}"
+
+
+ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+
+
+def test_f16_and_bf16_widening_every_pattern():
+    with np.errstate(invalid="ignore"):
+        _same_bits(_map_f16_to_f32(ALL16), ALL16.view(np.float16).astype(np.float32))
+        _same_bits(_map_bf16_to_f32(ALL16), ALL16.view(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def _boundary_sweep(values: np.ndarray) -> np.ndarray:
+    """Every value, every midpoint between neighbours, and 3 float32 steps either side of each, both signs."""
+    v = np.unique(np.abs(values[np.isfinite(values)].astype(np.float64)))
+    mids = (v[:-1] + v[1:]) / 2
+    centers = np.concatenate([v, mids, [v[-1] * 1.0625, v[-1] * 1.125, v[-1] * 2]]).astype(np.float32)
+    steps = np.arange(-3, 4, dtype=np.int64)
+    bits = centers.view(np.uint32).astype(np.int64)[:, None] + steps[None, :]
+    bits = bits[(bits >= 0) & (bits < 0x7F800000)].astype(np.uint32)
+    swept = bits.view(np.float32)
+    specials = np.array([0.0, np.inf, np.nan, 1e-45, 1e-38, 3.4e38], np.float32)
+    rng = np.random.default_rng(0)
+    random = rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    out = np.concatenate([swept, -swept, specials, -specials, random])
+    return out
+
+
+def _f16_sweep():
+    return _boundary_sweep(ALL16.view(np.float16).astype(np.float32))
+
+
+def test_round_to_f16_and_bits():
+    v = _f16_sweep()
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = v.astype(np.float16)
+    _same_bits(_map_bits(v, False), expected)
+    finite_or_inf = ~np.isnan(v)
+    _same_bits(_map_round(v, False)[finite_or_inf], expected.astype(np.float32)[finite_or_inf])
+    assert np.all(np.isnan(_map_round(v[~finite_or_inf], False)))
+
+
+def test_round_to_bf16_and_bits():
+    v = _boundary_sweep(ALL16.view(ml_dtypes.bfloat16).astype(np.float32))
+    expected = v.astype(ml_dtypes.bfloat16)
+    _same_bits(_map_bits(v, True), expected)
+    finite_or_inf = ~np.isnan(v)
+    _same_bits(_map_round(v, True)[finite_or_inf], expected.astype(np.float32)[finite_or_inf])
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("target", SMALL_FLOATS, ids=lambda t: t.onnx_name)
+def test_encode_small_float_against_reference(target, saturate):
+    codes = np.arange(1 << target.bits, dtype=np.uint8).view(target.dtype)
+    with np.errstate(invalid="ignore"):
+        v = _boundary_sweep(codes.astype(np.float32))
+    fmt = sf.SmallFloatFormat.of(target)
+    got = _map_encode(v, *fmt.args(saturate))
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = to_small_float(v, target, saturate).view(np.uint8)
+    _same_bits(got, expected)
