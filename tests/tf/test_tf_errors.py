@@ -148,3 +148,19 @@ def test_output_range_shapes_follow_tensorflow():
 def test_T_spellings(T):
     q, _, _ = quantize_v2(X, -1.0, 1.0, T)
     assert q.dtype == np.int8
+
+
+def test_input_is_converted_to_float32_like_tensorflow():
+    # Python floats and float64 arrays are rounded to float32 first (tf.constant does the same for
+    # Python values; the raw op itself only takes float32).
+    as_list = quantize_v2([0.1, 0.7, 1e-3], 0.0, 1.0, "quint8")[0]
+    as_f32 = quantize_v2(np.array([0.1, 0.7, 1e-3], np.float32), 0.0, 1.0, "quint8")[0]
+    np.testing.assert_array_equal(as_list, as_f32)
+    q, mn, mx = quantize_v2(np.float64(0.3), np.float64(0.1), np.float64(0.9), "quint8")
+    assert q.shape == () and mx == np.float32(0.9)
+
+
+def test_python_lists_match_tensorflow(tf_ops):
+    ours = quantize_v2([0.1, 0.7, 1e-3], 0.0, 1.0, "quint8")
+    theirs = tf_ops.quantize_v2([0.1, 0.7, 1e-3], 0.0, 1.0, "quint8")
+    np.testing.assert_array_equal(ours[0], theirs[0])
