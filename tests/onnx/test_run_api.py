@@ -137,3 +137,56 @@ def test_missing_onnx_is_a_clear_import_error():
     assert out.stderr.strip().splitlines()[-1] == (
         "ImportError: qlinear.onnx needs the onnx package, which is not installed: pip install 'qlinear[onnx]'"
     )
+
+
+def _wrapped_in_function_and_if(flat: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The flat model's nodes as (a) a model-local function called from the graph, (b) the then-branch of an If."""
+    graph = flat.graph
+    opsets = list(flat.opset_import)
+    inputs, outputs = [i.name for i in graph.input], [o.name for o in graph.output]
+    constants = [helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    function = helper.make_function("local", "block", inputs, outputs, constants + list(graph.node), opsets)
+    call = helper.make_node("block", inputs, outputs, domain="local")
+    as_function = helper.make_model(
+        helper.make_graph([call], "f", list(graph.input), list(graph.output)),
+        opset_imports=opsets + [helper.make_opsetid("local", 1)], functions=[function])
+    branch = helper.make_graph(constants + list(graph.node), "then", [], list(graph.output))
+    condition = helper.make_node("Constant", [], ["cond"], value=onnx.numpy_helper.from_array(np.array(True)))
+    as_if = helper.make_model(
+        helper.make_graph([condition, helper.make_node("If", ["cond"], outputs, then_branch=branch, else_branch=branch)],
+                          "i", list(graph.input), list(graph.output)),
+        opset_imports=[helper.make_opsetid("", 13)])
+    for model in (as_function, as_if):
+        model.ir_version = 9
+    return as_function, as_if
+
+
+def test_local_functions_and_subgraphs_run_on_qlinear_with_the_chosen_requantization():
+    """onnx builds local-function evaluators without new_ops; qlinear's evaluator still reaches them (onnx's
+    reference alone cannot run this opset-10 DequantizeLinear) and the requantize mode reaches both."""
+    from _onnx_models import requantize_disagreement_model
+
+    flat = requantize_disagreement_model()
+    node = helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])
+    flat.graph.node[0].output[0] = "yq"
+    flat.graph.node.append(node)
+    flat.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    feeds = {"x": np.zeros((1, 1, 2, 2), np.uint8)}
+    expected = {mode: qonnx.run(flat, feeds, requantize=mode)["y"] for mode in ("float64", "float32")}
+    assert not np.array_equal(expected["float64"], expected["float32"])
+    for wrapped in _wrapped_in_function_and_if(flat):
+        for mode in ("float64", "float32"):
+            np.testing.assert_array_equal(qonnx.run(wrapped, feeds, requantize=mode)["y"], expected[mode], strict=True)
+    with pytest.raises(RuntimeError, match="DequantizeLinear"):
+        ReferenceEvaluator(_wrapped_in_function_and_if(flat)[0])
+
+
+def test_operators_outside_the_default_domain_are_not_implemented():
+    """com.microsoft.QLinearAdd (quantize_static's QOperator Add) is implemented by neither onnx's reference nor qlinear."""
+    node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])],
+                              [onnx.numpy_helper.from_array(np.float32(1), "s"), onnx.numpy_helper.from_array(np.uint8(0), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(NotImplementedError, match="QLinearAdd"):
+        qonnx.run(model, {"a": np.zeros(2, np.uint8)})

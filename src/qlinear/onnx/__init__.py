@@ -17,6 +17,7 @@ except ImportError as _error:  # pragma: no cover - exercised in a subprocess wi
         "qlinear.onnx needs the onnx package, which is not installed: pip install 'qlinear[onnx]'"
     ) from _error
 
+import functools
 import os
 from collections.abc import Mapping
 
@@ -25,7 +26,7 @@ import numpy as np
 from qlinear.onnx import ops
 from qlinear.onnx.ops import op_classes
 
-__all__ = ["run", "evaluator", "ops", "op_classes"]
+__all__ = ["run", "evaluator", "ops", "op_classes", "QlinearEvaluator"]
 
 
 def _load(model, function: str) -> onnx.ModelProto:
@@ -38,14 +39,34 @@ def _load(model, function: str) -> onnx.ModelProto:
     raise TypeError(f"{function}: model must be an onnx.ModelProto, a path or serialized bytes, got {type(model).__name__}")
 
 
+class QlinearEvaluator(ReferenceEvaluator):
+    """ReferenceEvaluator whose ``new_ops`` default to qlinear's operator classes (`default_new_ops`).
+
+    onnx builds the evaluators of a model's local functions (FunctionProto) as ``self.__class__(function)``,
+    without ``new_ops``; a class-level default reaches them, so a QuantizeLinear inside a function runs
+    qlinear too (onnx's own has no DequantizeLinear before opset 19).
+    """
+
+    default_new_ops: tuple = ops.OPS
+
+    def __init__(self, proto, *args, new_ops=None, **kwargs):
+        super().__init__(proto, *args, new_ops=list(self.default_new_ops if new_ops is None else new_ops), **kwargs)
+
+
+@functools.cache
+def _evaluator_class(requantize: str) -> type[QlinearEvaluator]:
+    return type("QlinearEvaluator", (QlinearEvaluator,), {"default_new_ops": op_classes(requantize),
+                                                          "__module__": __name__})
+
+
 def evaluator(model, *, requantize: str = "float64", verbose: int = 0) -> ReferenceEvaluator:
     """A ReferenceEvaluator for ``model`` (ModelProto, path or bytes) with qlinear's operator classes.
 
     ``requantize`` selects QLinearConv/QLinearMatMul's requantization arithmetic: ``"float64"`` (default)
     is the onnx reference evaluator's, ``"float32"`` onnxruntime's (docs/semantics.md).
     """
-    classes = op_classes(requantize)
-    return ReferenceEvaluator(_load(model, "evaluator"), new_ops=list(classes), verbose=verbose)
+    op_classes(requantize)  # validates the mode before it is used as a cache key
+    return _evaluator_class(requantize)(_load(model, "evaluator"), verbose=verbose)
 
 
 def _declared_dtype(type_proto) -> np.dtype | None:
