@@ -72,6 +72,8 @@ def test_argument_errors():
         qonnx.run(model, {"x": x}, requantize="float16")
     with pytest.raises(ValueError, match=r"op_classes: requantize must be one of"):
         qonnx.op_classes(["float32"])
+    with pytest.raises(ValueError, match=r"qlinear.onnx.run: requantize is chosen when the evaluator is built"):
+        qonnx.run(qonnx.evaluator(model), {"x": x}, requantize="float32")
 
 
 def _one_node_model(node, inputs, output, initializers, opset=21):

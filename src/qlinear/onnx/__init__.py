@@ -96,21 +96,24 @@ def _check_input(function: str, name: str, value: np.ndarray, type_proto) -> Non
             )
 
 
-def run(model, inputs: Mapping[str, np.ndarray], *, requantize: str = "float64",
+def run(model, inputs: Mapping[str, np.ndarray], *, requantize: str | None = None,
         outputs: list[str] | None = None) -> dict[str, np.ndarray]:
     """Run an ONNX model; return ``{output name: array}`` in the model's output order.
 
     ``model`` is an onnx.ModelProto, a path or serialized bytes (or an evaluator from `evaluator`, reused
     across calls); ``inputs`` maps every graph input that is not an initializer to a NumPy array of its
     declared type and shape. ``requantize`` is QLinearConv/QLinearMatMul's requantization arithmetic:
-    ``"float64"`` (default, bit-identical to onnx's ReferenceEvaluator) or ``"float32"`` (bit-identical to
-    onnxruntime). ``outputs`` restricts the results to these names.
+    ``"float64"`` (None means this; bit-identical to onnx's ReferenceEvaluator) or ``"float32"``
+    (bit-identical to onnxruntime); an evaluator keeps the mode it was built with. ``outputs`` restricts
+    the results to these names.
     """
     function = "qlinear.onnx.run"
     if isinstance(model, ReferenceEvaluator):
+        if requantize is not None:
+            raise ValueError(f"{function}: requantize is chosen when the evaluator is built: qlinear.onnx.evaluator(model, requantize=...)")
         session = model
     else:
-        session = evaluator(_load(model, function), requantize=requantize)
+        session = evaluator(_load(model, function), requantize="float64" if requantize is None else requantize)
     if not isinstance(inputs, Mapping):
         raise TypeError(f"{function}: inputs must be a mapping of input names to arrays, got {type(inputs).__name__}")
 
