@@ -8,7 +8,8 @@ QLinearConv 3x3 64->64 (pad 1) -> QLinearConv 1x1 64->256 -> DequantizeLinear, f
 per-channel scales, int32 biases: ResNet-50's first bottleneck at S = 56. Each runner is built once (qlinear's
 evaluator, the plain ReferenceEvaluator, an onnxruntime session with 1 thread), warmed up once (numba compiles
 or loads its cache), then timed; time = median of the repeats (the plain reference: of fewer repeats, it is
-slow). The outputs are checked: qlinear's default arithmetic equals the reference's, ``requantize="float32"``
+slow). qlinear's kernels use 1 thread by default (--threads), like the onnxruntime session; the plain
+reference uses whatever NumPy's BLAS uses. The outputs are checked: qlinear's default arithmetic equals the reference's, ``requantize="float32"``
 equals onnxruntime's.
 """
 
@@ -74,8 +75,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--reference-repeat", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="qlinear's kernel threads (default 1, like the onnxruntime session; 0: its default)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    if args.threads:
+        from qlinear.kernels import threads
+
+        threads.set_num_threads(args.threads)
 
     from onnx.reference import ReferenceEvaluator
 
@@ -111,10 +118,12 @@ def main() -> None:
         "qlinear_over_onnxruntime": t_ours / t_ort,
         "bit_identical_to_onnx_reference": exact_ref,
         "float32_requantize_bit_identical_to_onnxruntime": exact_ort,
+        "qlinear_threads": args.threads or "default",
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
     }
     print(f"{result['model']} ({macs / 1e6:.0f} M MACs)")
-    print(f"  qlinear.onnx.run            {t_ours * 1e3:9.1f} ms   (requantize=float32: {t_ours32 * 1e3:.1f} ms)")
+    print(f"  qlinear.onnx.run            {t_ours * 1e3:9.1f} ms   (requantize=float32: {t_ours32 * 1e3:.1f} ms; "
+          f"threads: {args.threads or 'default'})")
     print(f"  onnx ReferenceEvaluator     {t_ref * 1e3:9.1f} ms   -> qlinear is {t_ref / t_ours:.1f}x faster")
     print(f"  onnxruntime (1 thread)      {t_ort * 1e3:9.1f} ms   -> qlinear takes {t_ours / t_ort:.1f}x its time")
     print(f"  bit-identical: to the reference {exact_ref}, float32 mode to onnxruntime {exact_ort}")
