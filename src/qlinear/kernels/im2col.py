@@ -59,6 +59,8 @@ class PackedConv:
                        for g in range(self.group)]
         self.abs_colsum = np.concatenate([p.abs_colsum for p in self.groups])
         self.depthwise = self.group_channels == 1 and self.group > 1
+        self.zero_bias = np.zeros(self.out_channels, np.int32)
+        self.plans: dict = {}
         if self.depthwise:
             zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
@@ -193,18 +195,45 @@ if ig.HAVE_NUMBA:
                    dd, dh, dw, sd, sh, sw, od_n, oh_n, ow_n,
                    mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
         """Direct depthwise convolution: each output channel reads one input channel; int32 accumulation of
-        (x - x_zp) * (w - w_zp) over the taps, vectorised along the output row."""
+        (x - x_zp) * (w - w_zp) over the taps.
+
+        Stride 1 along H and W: the output plane is computed over the padded width (a "virtual" row of wpd
+        values per output row, the last wpd - ow_n of them discarded), so each tap is one long contiguous
+        vector loop over the whole plane instead of many short rows."""
         m_total = wc.shape[0]
         plane = dp * hp * wpd
         per_img = od_n * oh_n * ow_n
+        virtual = sh == 1 and sw == 1
+        vlen = (oh_n - 1) * wpd + ow_n
         for task in prange(n_img * m_total):
             n = task // m_total
             o = task - n * m_total
             c = o // chan_mult
             xbase = (n * c_in + c) * plane
             obase = (n * m_total + o) * per_img
-            acc = np.empty(ow_n, np.int32)
             b = np.int32(bias[o])
+            m = mult[o * mult_rs]
+            if virtual:
+                acc = np.empty(vlen, np.int32)
+                for od in range(od_n):
+                    for t in range(vlen):
+                        acc[t] = b
+                    tap = 0
+                    for kd in range(kd_n):
+                        for kh in range(kh_n):
+                            for kw in range(kw_n):
+                                wv = wc[o, tap]
+                                tap += 1
+                                src = xbase + (od * sd + kd * dd) * hp * wpd + kh * dh * wpd + kw * dw
+                                xs = xp[src:src + vlen]
+                                for t in range(vlen):
+                                    acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
+                    for oh in range(oh_n):
+                        dst = obase + (od * oh_n + oh) * ow_n
+                        ig._store_row(acc[oh * wpd:oh * wpd + ow_n], ow_n, dst, m, mult, 0, 0, mode, yzp,
+                                      qmin, qmax, out32, out8)
+                continue
+            acc = np.empty(ow_n, np.int32)
             for od in range(od_n):
                 for oh in range(oh_n):
                     for t in range(ow_n):
@@ -217,11 +246,7 @@ if ig.HAVE_NUMBA:
                                 wv = wc[o, tap]
                                 tap += 1
                                 src = row + kw * dw
-                                if sw == 1:
-                                    xs = xp[src:src + ow_n]
-                                    for t in range(ow_n):
-                                        acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
-                                elif sw == 2:
+                                if sw == 2:
                                     xs = xp[src:src + 2 * ow_n - 1]
                                     for t in range(ow_n):
                                         acc[t] += np.int32((np.int32(xs[2 * t]) - za) * wv)
@@ -229,13 +254,7 @@ if ig.HAVE_NUMBA:
                                     for t in range(ow_n):
                                         acc[t] += np.int32((np.int32(xp[src + t * sw]) - za) * wv)
                     dst = obase + (od * oh_n + oh) * ow_n
-                    if mode == 0:
-                        for t in range(ow_n):
-                            out32[dst + t] = acc[t]
-                    else:
-                        m = mult[o * mult_rs]
-                        for t in range(ow_n):
-                            out8[dst + t] = np.uint8(ig._requant_one(acc[t], m, mode, yzp, qmin, qmax) & 0xFF)
+                    ig._store_row(acc, ow_n, dst, m, mult, 0, 0, mode, yzp, qmin, qmax, out32, out8)
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -250,6 +269,66 @@ def _geometry(func, geometry, n_spatial):
     return get("strides"), get("dilations"), get("pads_begin"), get("pads_end")
 
 
+class _Plan:
+    """Everything about one (input shape, geometry, path) that does not depend on the data; cached per PackedConv."""
+
+    def __init__(self, packed: PackedConv, x_shape, strides, dilations, pads_begin, pads_end, path):
+        n_spatial = len(x_shape) - 2
+        kernel = packed.kernel
+        padded = tuple(x_shape[2 + i] + pads_begin[i] + pads_end[i] for i in range(n_spatial))
+        extent = tuple(dilations[i] * (kernel[i] - 1) + 1 for i in range(n_spatial))
+        out_sp = tuple((padded[i] - extent[i]) // strides[i] + 1 for i in range(n_spatial))
+        if any(o < 1 for o in out_sp):
+            raise ValueError(f"conv: the dilated kernel {extent} is larger than the padded input {padded}")
+        self.n_spatial = n_spatial
+        self.out_sp = out_sp
+        self.positions = math.prod(out_sp)
+        n_img, c_in = x_shape[:2]
+        self.out_shape = (n_img, packed.out_channels) + out_sp
+        # to 3 spatial dims: size-1 leading dims with no padding
+        pad3 = 3 - n_spatial
+        self.kern3 = (1,) * pad3 + kernel
+        self.s3 = (1,) * pad3 + strides
+        self.d3 = (1,) * pad3 + dilations
+        self.pb3 = (0,) * pad3 + pads_begin
+        self.pe3 = (0,) * pad3 + pads_end
+        self.out3 = (1,) * pad3 + out_sp
+        self.x3_shape = (n_img, c_in) + (1,) * pad3 + tuple(x_shape[2:])
+        self.padded = any(self.pb3) or any(self.pe3)
+        self.xp_shape = (n_img, c_in) + tuple(self.x3_shape[2 + i] + self.pb3[i] + self.pe3[i] for i in range(3))
+        self.inner = (slice(None), slice(None)) + tuple(
+            slice(self.pb3[i], self.pb3[i] + self.x3_shape[2 + i]) for i in range(3))
+        dp, hp, wp = self.xp_shape[2:]
+        self.plane = dp * hp * wp
+        if packed.depthwise or path == "blas":
+            return
+        _op, mr, nv, lanes, g, _f = ig.PATHS[path]
+        self.nr = nr = nv * lanes
+        self.mr = mr
+        self.g = g
+        cg = packed.group_channels
+        # input offset of each K index (c, kd, kh, kw) relative to the first input element of a window
+        c_i, kd_i, kh_i, kw_i = np.meshgrid(np.arange(cg), np.arange(self.kern3[0]), np.arange(self.kern3[1]),
+                                            np.arange(self.kern3[2]), indexing="ij")
+        self.koff = (c_i * self.plane + kd_i * self.d3[0] * hp * wp + kh_i * self.d3[1] * wp
+                     + kw_i * self.d3[2]).reshape(-1).astype(np.int64)
+        self.q_total = n_img * self.positions
+        self.npn = -(-self.q_total // nr)
+        q_idx = np.arange(self.npn * nr, dtype=np.int64)
+        self.col_off = (q_idx // self.positions) * (packed.out_channels * self.positions) + q_idx % self.positions
+        m_g = packed.out_channels // packed.group
+        self.mp = -(-m_g // mr)
+        self.row_off = [(np.arange(self.mp * mr, dtype=np.int64) + gi * m_g) * self.positions
+                        for gi in range(packed.group)]
+        self.zeros_c = np.zeros(self.npn * nr, np.int32)
+        self.zeros_r = np.zeros(self.mp * mr, np.int32)
+        self.u1 = []
+        for pw in packed.groups:
+            u1 = np.zeros(self.mp * mr, np.int32)
+            u1[:m_g] = pw.zws
+            self.u1.append(u1)
+
+
 def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path: str | None = None) -> np.ndarray:
     """Exact N-D convolution accumulator (N, M, O...) int32, or its requantization (see module docstring)."""
     func = "conv"
@@ -261,10 +340,9 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         raise ValueError(f"{func}: at most 3 spatial dimensions are supported, got {n_spatial}")
     strides, dilations, pads_begin, pads_end = _geometry(func, geometry, n_spatial)
     group = packed.group
-    if isinstance(geometry, dict) and "group" in geometry or hasattr(geometry, "group"):
-        gg = geometry["group"] if isinstance(geometry, dict) else geometry.group
-        if int(gg) != group:
-            raise ValueError(f"{func}: geometry.group={gg} but the weights were packed with group={group}")
+    gg = geometry.get("group") if isinstance(geometry, dict) else getattr(geometry, "group", None)
+    if gg is not None and int(gg) != group:
+        raise ValueError(f"{func}: geometry.group={gg} but the weights were packed with group={group}")
     n_img, c_in = x.shape[:2]
     if c_in != packed.group_channels * group:
         raise ValueError(f"{func}: x has C={c_in} channels; the weights expect {packed.group_channels * group}")
@@ -275,19 +353,22 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             raise ValueError(f"{func}: bias must be int32 with M={m_total} elements, got {bias.dtype} {bias.shape}")
         bias = bias.reshape(-1)
     za = int(np.asarray(x_zero_point).reshape(()))
-    kernel = packed.kernel
-    padded = tuple(x.shape[2 + i] + pads_begin[i] + pads_end[i] for i in range(n_spatial))
-    extent = tuple(dilations[i] * (kernel[i] - 1) + 1 for i in range(n_spatial))
-    out_sp = tuple((padded[i] - extent[i]) // strides[i] + 1 for i in range(n_spatial))
-    if any(o < 1 for o in out_sp):
-        raise ValueError(f"{func}: the dilated kernel {extent} is larger than the padded input {padded}")
-    out_shape = (n_img, m_total) + out_sp
-    positions = math.prod(out_sp)
-    rq = ig.Requant(func, requant, m_total, positions, weights_on_rows=True)
     path = ig.current_path(path)
+    key = (x.shape, strides, dilations, pads_begin, pads_end, path)
+    plan = packed.plans.get(key)
+    if plan is None:
+        plan = _Plan(packed, x.shape, strides, dilations, pads_begin, pads_end, path)
+        if len(packed.plans) > 64:  # many input shapes: keep memory bounded
+            packed.plans.clear()
+        packed.plans[key] = plan
+    out_shape = plan.out_shape
+    positions = plan.positions
+    rq = ig.Requant(func, requant, m_total, positions, weights_on_rows=True)
     k_total = packed.group_channels * packed.taps
 
-    wide = packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
+    lo, hi = (-128, 127) if x.dtype == np.int8 else (0, 255)
+    worst = max(hi - za, za - lo)
+    wide = packed.bound(worst, bias) > ig.INT32_MAX and packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
     if path == "blas" or wide or x.size == 0 or m_total == 0 or k_total == 0:
         acc = _fallback.conv_exact(func, x, za, packed.w, packed.w_zero_point, bias, group,
                                    strides, dilations, pads_begin, pads_end)
@@ -296,32 +377,25 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         mult = rq.raw.reshape((1, -1) + (1,) * n_spatial) if rq.raw.size > 1 else rq.raw
         return _fallback.requantize(acc, mult, rq.yzp, rq.y_dtype, rq.mode_name)
 
-    # to 3 spatial dims: size-1 leading dims with no padding
-    pad3 = 3 - n_spatial
-    kern3 = (1,) * pad3 + kernel
-    s3 = (1,) * pad3 + strides
-    d3 = (1,) * pad3 + dilations
-    pb3 = (0,) * pad3 + pads_begin
-    pe3 = (0,) * pad3 + pads_end
-    out3 = (1,) * pad3 + out_sp
-    x3 = x.reshape((n_img, c_in) + (1,) * pad3 + x.shape[2:])
+    x3 = x.reshape(plan.x3_shape)
     if x.dtype == np.int8:
         xu, zau = x3.view(np.uint8) ^ np.uint8(0x80), za + 128
     else:
         xu, zau = x3, za
-    if any(pb3) or any(pe3):
-        pshape = (n_img, c_in) + tuple(xu.shape[2 + i] + pb3[i] + pe3[i] for i in range(3))
-        xp = np.full(pshape, zau, np.uint8)
-        xp[(slice(None), slice(None)) + tuple(slice(pb3[i], pb3[i] + xu.shape[2 + i]) for i in range(3))] = xu
+    if plan.padded:
+        xp = np.empty(plan.xp_shape, np.uint8)
+        xp.fill(zau)
+        xp[plan.inner] = xu
     else:
         xp = np.ascontiguousarray(xu)
-    dp, hp, wp = xp.shape[2:]
+    dp, hp, wp = plan.xp_shape[2:]
     xflat = xp.reshape(-1)
     out = np.empty(out_shape, rq.y_dtype)
     flat = out.reshape(-1)
-    out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
-    out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
-    bias_full = bias if bias is not None else np.zeros(m_total, np.int32)
+    out32 = flat if rq.mode == 0 else _EMPTY32
+    out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY8
+    bias_full = bias if bias is not None else packed.zero_bias
+    kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
 
     if packed.depthwise:
         ig.call_parallel(_depthwise, xflat, np.int32(zau), packed.w_centered, bias_full, m_total // c_in,
@@ -330,43 +404,30 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
                          rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax, out32, out8)
         return out
 
-    _op, mr, nv, lanes, g, _f = ig.PATHS[path]
-    nr = nv * lanes
+    nr, mr, g = plan.nr, plan.mr, plan.g
     cg = packed.group_channels
     m_g = m_total // group
-    # input offset of each K index (c, kd, kh, kw) relative to the first input element of a window
-    plane = dp * hp * wp
-    c_i, kd_i, kh_i, kw_i = np.meshgrid(np.arange(cg), np.arange(kern3[0]), np.arange(kern3[1]),
-                                        np.arange(kern3[2]), indexing="ij")
-    koff = (c_i * plane + kd_i * d3[0] * hp * wp + kh_i * d3[1] * wp + kw_i * d3[2]).reshape(-1).astype(np.int64)
-    q_total = n_img * positions
-    npn = -(-q_total // nr)
-    q_idx = np.arange(npn * nr, dtype=np.int64)
-    col_off = (q_idx // positions) * (m_total * positions) + q_idx % positions
+    mb, nb = ig.block_sizes(m_g, plan.q_total, mr, nr, 0)
     run = ig.tile_driver(path, bcast_unsigned=False)
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
-        need_sum = pw.any_zw
-        q_x, colsum = ig.call_parallel(_pack_columns, xflat, koff, k_total, g, nr, n_img, c_in * plane,
-                                       gi * cg * plane, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2],
-                                       hp * wp, wp, need_sum)
-        mp = -(-m_g // mr)
-        zw = pw.zws
-        # C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]
-        rterm = np.zeros(mp * mr, np.int32)
+        q_x, colsum = ig.call_parallel(_pack_columns, xflat, plan.koff, k_total, g, nr, n_img, c_in * plan.plane,
+                                       gi * cg * plan.plane, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2],
+                                       hp * wp, wp, pw.any_zw)
+        # C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]   (mod 2**32)
+        rterm = np.zeros(plan.mp * mr, np.int32)
         rterm[:m_g] = ig.wrap_int32(bias_full[gi * m_g:(gi + 1) * m_g].astype(np.int64)
-                                    - zau * pw.colsum + k_total * zau * zw)
-        u1 = np.zeros(mp * mr, np.int32)
-        u1[:m_g] = zw
-        zeros_c = np.zeros(npn * nr, np.int32)
-        row_off = (np.arange(mp * mr, dtype=np.int64) + gi * m_g) * positions
+                                    + pw.rterm_coef(zau, k_total))
         if rq.rs:
-            mult = np.zeros(mp * mr, np.float64)
+            mult = np.zeros(plan.mp * mr, np.float64)
             mult[:m_g] = rq.mult[gi * m_g:(gi + 1) * m_g]
         else:
             mult = rq.mult
-        mb, nb = ig.block_sizes(m_g, q_total, mr, nr, ks)
-        ig.call_parallel(run, p_w, q_x, ks, m_g, q_total, mb, nb, rterm, zeros_c, u1, colsum,
-                         np.zeros(mp * mr, np.int32), zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                         row_off, col_off, out32, out8)
+        ig.call_parallel(run, p_w, q_x, ks, m_g, plan.q_total, mb, nb, rterm, plan.zeros_c, plan.u1[gi], colsum,
+                         plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                         plan.row_off[gi], plan.col_off, out32, out8)
     return out
+
+
+_EMPTY32 = np.empty(1, np.int32)
+_EMPTY8 = np.empty(1, np.uint8)

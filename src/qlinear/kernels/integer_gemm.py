@@ -450,6 +450,10 @@ class PackedWeights:
         arr = np.ascontiguousarray(arr).view(np.int32).reshape(-1)
         return arr, ks
 
+    def rterm_coef(self, zx: int, k: int) -> np.ndarray:
+        """int64 ``-zx * sum_k ws + K * zx * zw`` per column: the zero-point terms that do not depend on x."""
+        return -np.int64(zx) * self.colsum + np.int64(k) * np.int64(zx) * self.zws
+
     def bound(self, x_abs_max: int, bias) -> int:
         """Largest possible |sum_k (x - x_zp)(w - w_zp) + bias| given max|x - x_zp|."""
         b = self.abs_colsum * np.int64(x_abs_max)
@@ -496,7 +500,9 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     path = current_path(path)
     out_shape = (m_total, n_total)
 
-    wide = packed.bound(activation_abs_max(a, za), bias) > INT32_MAX
+    lo, hi = (-128, 127) if a.dtype == np.int8 else (0, 255)
+    worst = max(hi - int(za.min()), int(za.max()) - lo) if za.size else 0
+    wide = packed.bound(worst, bias) > INT32_MAX and packed.bound(activation_abs_max(a, za), bias) > INT32_MAX
     if path == "blas" or wide or m_total == 0 or n_total == 0 or k == 0:
         acc = _fallback.gemm_exact(func, a, za, packed.w, packed.w_zero_point, bias) if k or bias is not None \
             else np.zeros(out_shape, np.int32)
