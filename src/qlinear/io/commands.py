@@ -9,6 +9,7 @@ every tensor, name clashes, the output path), so a user error leaves nothing beh
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -170,33 +171,48 @@ def quantize_tensor_file(source: Path, output: Path, kind: str, settings: tensor
     total = sum(entry.nbytes for entry, gran, _ in jobs if gran is not None)
     with report.progress(total, f"quantizing {source.name}") as advance, atomic_output(output) as f:
         writer = formats.WRITERS["npz" if kind == "npy" else kind](f, plan, metadata)
-        for entry, gran, reason in jobs:
-            if gran is None:
-                formats.copy_raw(reader, entry, writer)
-                rows.append(report.copied_row(entry.name, entry.shape, str(entry.code or entry.dtype), entry.nbytes, reason))
-                continue
-            where = f"{source}: tensor {entry.name!r}"
-            x = reader.array(entry)
-            writer.begin(entry.name)
-            result = tensors.quantize_tensor(
-                where, x, gran, qtype, settings.symmetric,
-                sink=lambda q: writer.write(tensors.to_storage(q, qtype)),
-                plot=bool(args.plot), progress=advance,
-            )
-            writer.end()
-            del x
-            writer.begin(entry.name + ".scale")
-            writer.write(result.scale)
-            writer.end()
-            writer.begin(entry.name + ".zero_point")
-            writer.write(tensors.to_storage(result.zero_point, qtype))
-            writer.end()
-            after = tensors.stored_size(qtype, entry.shape) + result.scale.nbytes + tensors.stored_size(qtype, result.scale.shape)
-            rows.append(report.quantized_row(entry.name, entry.shape, entry.dtype.name, qtype, granularity_label(gran) if entry.shape else "per-tensor",
-                                             entry.nbytes, after, result, gran, settings.symmetric))
-        writer.close()
+        with _aborting(writer):
+            _write_quantized(source, reader, writer, jobs, qtype, settings, args, advance, rows)
     reader.close()
     return report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+
+
+@contextmanager
+def _aborting(writer):
+    try:
+        yield
+    except BaseException:
+        if hasattr(writer, "abort"):
+            writer.abort()
+        raise
+
+
+def _write_quantized(source, reader, writer, jobs, qtype, settings, args, advance, rows):
+    for entry, gran, reason in jobs:
+        if gran is None:
+            formats.copy_raw(reader, entry, writer)
+            rows.append(report.copied_row(entry.name, entry.shape, str(entry.code or entry.dtype), entry.nbytes, reason))
+            continue
+        where = f"{source}: tensor {entry.name!r}"
+        x = reader.array(entry)
+        writer.begin(entry.name)
+        result = tensors.quantize_tensor(
+            where, x, gran, qtype, settings.symmetric,
+            sink=lambda q: writer.write(tensors.to_storage(q, qtype)),
+            plot=bool(args.plot), progress=advance,
+        )
+        writer.end()
+        del x
+        writer.begin(entry.name + ".scale")
+        writer.write(result.scale)
+        writer.end()
+        writer.begin(entry.name + ".zero_point")
+        writer.write(tensors.to_storage(result.zero_point, qtype))
+        writer.end()
+        after = tensors.stored_size(qtype, entry.shape) + result.scale.nbytes + tensors.stored_size(qtype, result.scale.shape)
+        rows.append(report.quantized_row(entry.name, entry.shape, entry.dtype.name, qtype, granularity_label(gran) if entry.shape else "per-tensor",
+                                         entry.nbytes, after, result, gran, settings.symmetric))
+    writer.close()
 
 
 def _storage(qtype, shape):

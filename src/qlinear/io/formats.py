@@ -292,6 +292,15 @@ class NpzWriter:
     def close(self):
         self._zip.close()
 
+    def abort(self):
+        """Release the zip after an error (its file is about to be deleted)."""
+        try:
+            if self._member is not None:
+                self._member.close()
+            self._zip.close()
+        except Exception:
+            pass
+
 
 class NpyWriter:
     def __init__(self, f, plan: list[Planned], metadata: dict[str, str]):

@@ -162,15 +162,19 @@ def quantize_model(source: Path, output: Path, settings: tensors.Settings, args)
         onnx.checker.check_model(model)
     except Exception as error:
         checker = f"failed: {str(error).splitlines()[0]}"
-    data = model.SerializeToString()
-    with atomic_output(output) as f:
-        f.write(data)
+    try:
+        data = model.SerializeToString()
+    except ValueError as error:  # protobuf refuses messages over 2 GB
+        raise UserError(f"{source}: the quantized model cannot be serialized ({error})") from None
 
     summary = report.summary("quantize", source, output, quantized_rows + rows, qtype=qtype.onnx_name)
-    summary["files"] = {"before": source.stat().st_size, "after": output.stat().st_size}
+    summary["files"] = {"before": source.stat().st_size, "after": len(data)}
     summary["model"] = {"opset_before": opset_before, "opset_after": opset_after,
                         "dequantize_nodes": len(new_nodes), "checker": checker}
+    # Evaluated before writing, so that a bad --eval file leaves no output behind.
     summary["model"].update(_evaluate(source, args, original=onnx.load(str(source)), quantized=model))
+    with atomic_output(output) as f:
+        f.write(data)
     return summary
 
 
