@@ -43,10 +43,8 @@ def _load_inputs(specs: list[str]) -> dict[str, np.ndarray]:
 
 
 def _onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise UserError("--compare needs onnxruntime, which is not installed: pip install onnxruntime") from None
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -71,7 +69,16 @@ def _difference(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, int]:
     return (float("nan") if np.isnan(gap).any() else float(gap.max())), int(differing.sum())
 
 
+def _require_onnxruntime() -> None:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise UserError("--compare needs onnxruntime, which is not installed: pip install onnxruntime") from None
+
+
 def run_command(args) -> int:
+    if args.compare:  # before any work: the run could take long
+        _require_onnxruntime()
     model = _load_model(Path(args.model))
     inputs = _load_inputs(args.input)
     if args.output is not None:
