@@ -269,6 +269,24 @@ def test_hypothesis_dequantize(tf_ops, case):
     _assert_same_float_bits(dequantize(q, mins, maxs, **attrs), tf_ops.dequantize(q, mins, maxs, T, **dict(attrs)))
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_large_per_axis_tensor(tf_ops, axis):
+    # Slices long and short enough to mix Eigen's vectorised chips with scalar tails.
+    rng = np.random.default_rng(axis)
+    shape = (7, 33, 129)
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    n = shape[axis]
+    mins = -rng.uniform(0.0, 6.0, n).astype(np.float32)
+    maxs = rng.uniform(0.0, 6.0, n).astype(np.float32)
+    for T in TYPES:
+        for mode, round_mode in (("MIN_COMBINED", "HALF_AWAY_FROM_ZERO"), ("SCALED", "HALF_TO_EVEN"), ("SCALED", "HALF_AWAY_FROM_ZERO")):
+            attrs = dict(mode=mode, round_mode=round_mode, axis=axis)
+            ours = quantize_v2(x, mins, maxs, T, **attrs)
+            _assert_same_quantize(ours, tf_ops.quantize_v2(x, mins, maxs, T, **attrs))
+            dattrs = dict(mode=mode, axis=axis)
+            _assert_same_float_bits(dequantize(ours[0], mins, maxs, **dattrs), tf_ops.dequantize(ours[0], mins, maxs, T, **dattrs))
+
+
 def test_large_tensor_crosses_tensorflow_threads(tf_ops):
     # Big enough for Eigen to split the work over threads and vector blocks.
     rng = np.random.default_rng(7)
