@@ -24,7 +24,7 @@ from ..ops.quantize_linear import dequantize_linear, quantize_linear
 from ..packing import pack, packed_size, unpack
 from .errors import UserError
 
-CHUNK_BYTES = 32 << 20  # of float32 working data per chunk
+CHUNK_BYTES = 8 << 20  # of float32 working data per chunk (the temporaries are a few times this)
 
 
 @dataclass(frozen=True)
