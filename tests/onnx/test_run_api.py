@@ -192,3 +192,19 @@ def test_operators_outside_the_default_domain_are_not_implemented():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(NotImplementedError, match="QLinearAdd"):
         qonnx.run(model, {"a": np.zeros(2, np.uint8)})
+
+
+def test_callers_own_classes_take_precedence_in_qlinear_evaluator():
+    from onnx.reference.op_run import OpRun
+
+    class DequantizeLinear(OpRun):
+        op_domain = ""
+
+        def _run(self, x, scale, zero_point=None, **attributes):
+            return (np.full(x.shape, -1, np.float32),)
+
+    model = qoperator_chain(np.uint8)
+    feeds = float_input(model, 0)
+    ours = qonnx.QlinearEvaluator(model, new_ops=[DequantizeLinear]).run(None, feeds)[0]
+    assert np.all(ours == -1)
+    np.testing.assert_array_equal(qonnx.QlinearEvaluator(model).run(None, feeds)[0], run_reference(model, feeds)[0])

@@ -40,7 +40,7 @@ def _load(model, function: str) -> onnx.ModelProto:
 
 
 class QlinearEvaluator(ReferenceEvaluator):
-    """ReferenceEvaluator whose ``new_ops`` default to qlinear's operator classes (`default_new_ops`).
+    """ReferenceEvaluator with qlinear's operator classes (`default_new_ops`) after any ``new_ops`` given.
 
     onnx builds the evaluators of a model's local functions (FunctionProto) as ``self.__class__(function)``,
     without ``new_ops``; a class-level default reaches them, so a QuantizeLinear inside a function runs
@@ -50,7 +50,8 @@ class QlinearEvaluator(ReferenceEvaluator):
     default_new_ops: tuple = ops.OPS
 
     def __init__(self, proto, *args, new_ops=None, **kwargs):
-        super().__init__(proto, *args, new_ops=list(self.default_new_ops if new_ops is None else new_ops), **kwargs)
+        # The evaluator keeps the first class given per operator: a caller's own classes win over qlinear's.
+        super().__init__(proto, *args, new_ops=[*(new_ops or ()), *self.default_new_ops], **kwargs)
 
 
 @functools.cache
