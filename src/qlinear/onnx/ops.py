@@ -75,7 +75,7 @@ class _QlinearOp(OpRun):
         except TypeError as error:
             cause = error.__cause__
             if getattr(cause, "_qlinear_node_error", False):
-                raise cause from None
+                raise cause  # keeps its own __cause__: the error as the qlinear function raised it
             raise
 
     def _call(self, function, *inputs, **keywords):
