@@ -129,6 +129,37 @@ def float_cnn(seed=2) -> onnx.ModelProto:
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], initializers, 17)
 
 
+def float_residual(seed=4) -> onnx.ModelProto:
+    """A ResNet basic block and head: Conv 3->16 -> Relu -> [Conv 16->16 -> Relu -> Conv 16->16] + skip -> Relu
+    -> MaxPool 2x2 -> GlobalAveragePool -> Flatten -> Gemm 16->10."""
+    rng = np.random.default_rng(seed)
+    initializers = [
+        _init("w0", (rng.normal(size=(16, 3, 3, 3)) * 0.3).astype(np.float32)),
+        _init("b0", (rng.normal(size=16) * 0.1).astype(np.float32)),
+        _init("w1", (rng.normal(size=(16, 16, 3, 3)) * 0.1).astype(np.float32)),
+        _init("b1", (rng.normal(size=16) * 0.1).astype(np.float32)),
+        _init("w2", (rng.normal(size=(16, 16, 3, 3)) * 0.1).astype(np.float32)),
+        _init("b2", (rng.normal(size=16) * 0.1).astype(np.float32)),
+        _init("wg", (rng.normal(size=(10, 16)) * 0.3).astype(np.float32)),
+        _init("bg", (rng.normal(size=10) * 0.1).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r0"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], transB=1),
+    ]
+    return _finish(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], initializers, 17)
+
+
 def float_mlp(seed=3) -> onnx.ModelProto:
     """MatMul 32->64 -> Add -> Relu -> MatMul 64->10 -> Add."""
     rng = np.random.default_rng(seed)
@@ -157,7 +188,7 @@ def float_input(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
 def ort_quantize(model: onnx.ModelProto, tmp_path, *, static=True, quant_format="QDQ", weight_type="QInt8",
                  per_channel=False, calibration_batches=8) -> onnx.ModelProto:
     """Quantize with onnxruntime.quantization: statically (MinMax calibration on fixed-seed random inputs)
-    or dynamically. Only Conv and MatMul are quantized (QOperator's Add would be com.microsoft.QLinearAdd)."""
+    or dynamically (Conv and MatMul)."""
     from onnxruntime.quantization import (  # noqa: PLC0415
         CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static,
     )
@@ -177,9 +208,12 @@ def ort_quantize(model: onnx.ModelProto, tmp_path, *, static=True, quant_format=
         def get_next(self):
             return next(self.batches, None)
 
+    # QDQ format: every operator the quantizer knows gets Q/DQ around it (standard ops only); QOperator: only
+    # Conv and MatMul, whose QOperator forms are standard (Add, Gemm, pooling would be com.microsoft ops).
+    op_types = None if quant_format == "QDQ" else ["Conv", "MatMul"]
     quantize_static(source, target, Reader(), quant_format=getattr(QuantFormat, quant_format),
                     weight_type=getattr(QuantType, weight_type), activation_type=QuantType.QUInt8,
-                    per_channel=per_channel, op_types_to_quantize=["Conv", "MatMul"])
+                    per_channel=per_channel, op_types_to_quantize=op_types)
     return onnx.load(target)
 
 
