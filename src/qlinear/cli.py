@@ -206,7 +206,8 @@ def _add_run(commands) -> None:
     )
     p.add_argument("model", metavar="MODEL", help="an .onnx file")
     p.add_argument("--input", action="append", metavar="NAME=FILE", default=[],
-                   help="a model input from a .npy file (repeat for each input)")
+                   help="a model input from a .npy file (repeat for each input); FILE.npy alone for a model with "
+                   "one input; FILE.npz feeds its arrays by name")
     p.add_argument("-o", "--output", metavar="OUT", help="write every output to this .npz file")
     p.add_argument("--compare", action="store_true",
                    help="also run onnxruntime and print, per output, the max difference and the number of differing elements")

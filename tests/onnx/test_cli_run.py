@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 from _onnx_models import float_input, qoperator_chain, requantize_disagreement_model, run_onnxruntime
 
 import qlinear.onnx as qonnx
@@ -66,10 +67,13 @@ def test_compare_reports_the_differing_elements(tmp_path, capsys):
     ("make_args", "message"),
     [
         (lambda p, x, t: ("run", p), r"missing input 'x'"),
-        (lambda p, x, t: ("run", p, "--input", str(x)), r"--input '.*x.npy': expected NAME=FILE.npy"),
+        (lambda p, x, t: ("run", p, "--input", "=x.npy"), r"--input '=x.npy': expected NAME=FILE.npy, FILE.npy or FILE.npz"),
+        (lambda p, x, t: ("run", p, "--input", f"x={t / 'x.npz'}"), r"NAME= takes a .npy file; a .npz feeds its arrays by their names"),
+        (lambda p, x, t: ("run", t / "two.onnx", "--input", str(x)), r"without NAME= the model must have one input; it has \['a', 'b'\]"),
+        (lambda p, x, t: ("run", p, "--input", str(x), "--input", f"x={x}"), r"input 'x' given twice"),
         (lambda p, x, t: ("run", p, "--input", f"x={x}", "--input", f"x={x}"), r"input 'x' given twice"),
-        (lambda p, x, t: ("run", p, "--input", f"x={t / 'none.npy'}"), r"none.npy: no such file \(--input x\)"),
-        (lambda p, x, t: ("run", p, "--input", f"x={p}"), r"chain.onnx: not a .npy file"),
+        (lambda p, x, t: ("run", p, "--input", f"x={t / 'none.npy'}"), r"none.npy: no such file \(--input x=.*none.npy\)"),
+        (lambda p, x, t: ("run", p, "--input", f"x={p}"), r"chain.onnx: not a .npy or .npz file"),
         (lambda p, x, t: ("run", t / "none.onnx", "--input", f"x={x}"), r"none.onnx: no such file"),
         (lambda p, x, t: ("run", x, "--input", f"x={x}"), r"x.npy: not an ONNX model"),
         (lambda p, x, t: ("run", p, "--input", f"q={x}"), r"unknown input 'q'; the model's inputs are \['x'\]"),
@@ -82,12 +86,33 @@ def test_user_errors_are_one_line_with_exit_status_2(chain, tmp_path, make_args,
     # In-process through qlinear.cli.main (what `python -m qlinear` calls; a subprocess per case costs seconds).
     model, path, x_file, x = chain
     np.save(tmp_path / "x64.npy", x.astype(np.float64))
+    np.savez(tmp_path / "x.npz", x=x)
+    two = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "two",
+        [helper.make_tensor_value_info(n, TensorProto.UINT8, [2, 2]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 2])]), opset_imports=[helper.make_opsetid("", 10)])
+    onnx.save(two, tmp_path / "two.onnx")
     assert main([str(a) for a in make_args(path, x_file, tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("qlinear run: error: ")
     assert re.search(message, lines[0]), lines[0]
     assert not (tmp_path / "o.npy").exists()
+
+
+def test_input_file_forms(chain, tmp_path, capsys):
+    """FILE.npy alone feeds a one-input model; FILE.npz feeds its arrays by name; both equal NAME=FILE.npy."""
+    model, path, x_file, x = chain
+    np.savez(tmp_path / "inputs.npz", x=x)
+    outputs = []
+    for spec in (f"x={x_file}", str(x_file), str(tmp_path / "inputs.npz")):
+        out = tmp_path / f"out{len(outputs)}.npz"
+        assert main(["run", str(path), "--input", spec, "-o", str(out)]) == 0
+        with np.load(out) as saved:
+            outputs.append(saved["y"])
+    expected = qonnx.run(model, {"x": x})["y"]
+    for value in outputs:
+        np.testing.assert_array_equal(value, expected, strict=True)
 
 
 def _main_without(module: str, args: list[str]) -> subprocess.CompletedProcess:

@@ -1,4 +1,7 @@
-"""``qlinear run MODEL.onnx --input NAME=FILE.npy ... [-o OUT.npz] [--compare]``: run an ONNX model on qlinear's kernels."""
+"""``qlinear run MODEL.onnx --input NAME=FILE.npy ... [-o OUT.npz] [--compare]``: run an ONNX model on qlinear's kernels.
+
+``--input`` also takes ``FILE.npy`` alone for a model with one input, and ``FILE.npz`` whose arrays are named
+after the inputs (what ``-o`` writes for outputs)."""
 
 from __future__ import annotations
 
@@ -21,24 +24,40 @@ def _load_model(path: Path) -> onnx.ModelProto:
         raise UserError(f"{path}: not an ONNX model ({type(error).__name__}: {error})") from None
 
 
-def _load_inputs(specs: list[str]) -> dict[str, np.ndarray]:
+def _load_inputs(specs: list[str], model_inputs: list[str]) -> dict[str, np.ndarray]:
+    """--input NAME=FILE.npy, FILE.npy (a model with one input) or FILE.npz (its arrays by input name)."""
     inputs: dict[str, np.ndarray] = {}
-    for spec in specs:
-        name, sep, file = spec.partition("=")
-        if not sep or not name or not file:
-            raise UserError(f"--input {spec!r}: expected NAME=FILE.npy")
+
+    def add(name: str, value: np.ndarray, spec: str) -> None:
         if name in inputs:
             raise UserError(f"--input {spec!r}: input {name!r} given twice")
+        inputs[name] = value
+
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            name, file = None, spec
+        elif not name or not file:
+            raise UserError(f"--input {spec!r}: expected NAME=FILE.npy, FILE.npy or FILE.npz")
         path = Path(file)
         if not path.is_file():
-            raise UserError(f"{path}: no such file (--input {name})")
+            raise UserError(f"{path}: no such file (--input {spec})")
         try:
             value = np.load(path, allow_pickle=False)
         except Exception as error:
-            raise UserError(f"{path}: not a .npy file ({error})") from None
-        if not isinstance(value, np.ndarray):
-            raise UserError(f"{path}: holds several arrays (.npz); --input needs one .npy array per input")
-        inputs[name] = value
+            raise UserError(f"{path}: not a .npy or .npz file ({error})") from None
+        if isinstance(value, np.lib.npyio.NpzFile):
+            with value:
+                if name is not None:
+                    raise UserError(f"--input {spec!r}: NAME= takes a .npy file; a .npz feeds its arrays by their names")
+                for key in value.files:
+                    add(key, value[key], spec)
+            continue
+        if name is None:
+            if len(model_inputs) != 1:
+                raise UserError(f"--input {spec!r}: without NAME= the model must have one input; it has {model_inputs}")
+            name = model_inputs[0]
+        add(name, value, spec)
     return inputs
 
 
@@ -80,7 +99,8 @@ def run_command(args) -> int:
     if args.compare:  # before any work: the run could take long
         _require_onnxruntime()
     model = _load_model(Path(args.model))
-    inputs = _load_inputs(args.input)
+    initialized = {init.name for init in model.graph.initializer}
+    inputs = _load_inputs(args.input, [i.name for i in model.graph.input if i.name not in initialized])
     if args.output is not None:
         from qlinear.io.atomic import check_output
 
