@@ -258,7 +258,7 @@ def test_onnxruntime_quantized_model_against_onnxruntime(ort_models, key):
     Add, Relu) follow the integer operators, within 1e-5 after float reductions. QDQ: the documented tolerance."""
     model = ort_models[key]
     name, fmt, weight_type = key
-    if fmt != "dynamic" and not _weights_exact_on_onnxruntime(weight_type):
+    if not _weights_exact_on_onnxruntime(weight_type):
         pytest.skip("full-range int8 weights: onnxruntime saturates without VNNI")
     float_exact = name != "residual"
     for seed in range(2):
