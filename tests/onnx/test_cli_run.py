@@ -100,6 +100,20 @@ def test_user_errors_are_one_line_with_exit_status_2(chain, tmp_path, make_args,
     assert not (tmp_path / "o.npy").exists()
 
 
+def test_unsupported_operator_is_a_user_error(tmp_path, capsys):
+    node = helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])],
+                              [onnx.numpy_helper.from_array(np.float32(1), "s"), onnx.numpy_helper.from_array(np.uint8(0), "z")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]),
+              tmp_path / "ms.onnx")
+    np.save(tmp_path / "a.npy", np.zeros(2, np.uint8))
+    assert main(["run", str(tmp_path / "ms.onnx"), "--input", str(tmp_path / "a.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qlinear run: error: cannot run the model: Node type 'QLinearAdd' from domain 'com.microsoft'")
+    assert err.count("\n") == 1
+
+
 def test_input_file_forms(chain, tmp_path, capsys):
     """FILE.npy alone feeds a one-input model; FILE.npz feeds its arrays by name; both equal NAME=FILE.npy."""
     model, path, x_file, x = chain

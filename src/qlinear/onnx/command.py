@@ -111,7 +111,7 @@ def run_command(args) -> int:
         results = run(evaluator(model, requantize=args.requantize), inputs)
     except (TypeError, ValueError) as error:
         raise UserError(str(error).splitlines()[0]) from None
-    except NotImplementedError as error:  # an operator neither onnx's reference nor qlinear implements
+    except (NotImplementedError, RuntimeError) as error:  # an operator neither onnx's reference nor qlinear implements, ...
         raise UserError(f"cannot run the model: {str(error).splitlines()[0]}") from None
 
     theirs = _onnxruntime_outputs(model, inputs) if args.compare else None
