@@ -298,3 +298,11 @@ def test_numba_num_threads_environment_is_honoured():
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1"
+
+
+def test_import_qlinear_loads_no_numba():
+    """`import qlinear` compiles nothing: numba itself is imported by the first kernel call."""
+    script = "import sys, qlinear; print('numba' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

@@ -50,10 +50,10 @@ def _map_bits(v, bf16):
 
 
 @numba.njit(cache=True)
-def _map_encode(v, mbits, bias, max_code, sign_shift, op, on, np_, nn, signed_zero):
+def _map_encode(v, *fmt):
     out = np.empty(v.size, np.uint8)
     for i in range(v.size):
-        out[i] = sf.encode_small_float(v[i], mbits, bias, max_code, sign_shift, op, on, np_, nn, signed_zero)
+        out[i] = sf.encode_small_float(v[i], *fmt)
     return out
 
 

@@ -33,6 +33,7 @@ between threads; calls below `threads.SERIAL_BELOW` elements run the serial kern
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 
 import numpy as np
@@ -41,15 +42,19 @@ from ..dtypes import ElementType
 from ..granularity import Granularity
 from . import threads
 
-try:
-    import numba
-    from numba import njit, prange
-    from numba.core import types as nbtypes
-    from numba.extending import overload
+# numba is a dependency, but importing it costs more than `import qlinear` may: it is imported by the
+# first kernel call (`_numba`), and its absence only means the reference runs.
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+_compiled = None
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency; the reference still runs without it
-    HAVE_NUMBA = False
+
+def _numba():
+    global _compiled
+    if _compiled is None:
+        from . import _quantize_linear_numba
+
+        _compiled = _quantize_linear_numba
+    return _compiled
 
 # ----------------------------------------------------------------------------------------------- switch
 _enabled = True
@@ -141,11 +146,13 @@ def _byte_view(t: ElementType) -> np.dtype | None:
     return None
 
 
-def _run(serial, parallel, n: int, *args):
+def _run(kernel: str, n: int, *args):
+    """Run ``<kernel>_serial`` on small inputs or with one thread, else ``<kernel>_parallel``."""
+    compiled = _numba()
     if n < threads.SERIAL_BELOW or threads.get_num_threads() == 1:
-        serial(*args, np.int64(0), np.int64(n))
+        getattr(compiled, kernel + "_serial")(*args, np.int64(0), np.int64(n))
     else:
-        threads.call_parallel(parallel, *args, np.int64(threads.get_num_threads()))
+        threads.call_parallel(getattr(compiled, kernel + "_parallel"), *args, np.int64(threads.get_num_threads()))
 
 
 # ----------------------------------------------------------------------------------------------- public
@@ -178,7 +185,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
             zp = _flat(y_zero_point).astype(np.int64).astype(wide)
         mask = np.int32((1 << output.bits) - 1 if output.bits < 8 else -1)
         lo, hi = wide.type(output.qmin), wide.type(output.qmax)
-        _run(_q_int_serial, _q_int_parallel, n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
+        _run("_q_int", n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
         return out
 
     if not output.is_small_float:
@@ -188,7 +195,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     fmt = SmallFloatFormat.of(output).args(bool(saturate))
     add_zp = y_zero_point is not None
     zp = _flat(y_zero_point).astype(precision).astype(carrier) if add_zp else np.zeros(scale.size, carrier)
-    _run(_q_float_serial, _q_float_parallel, n, xin, scale, zp, out_k, *geometry, tag, add_zp, *fmt)
+    _run("_q_float", n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
     return out
 
 
@@ -237,219 +244,5 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
         table = _decode_table(x_type)
     else:
         return None
-    _run(_dq_serial, _dq_parallel, n, xin, scale, zp, out_k, *geometry, mask, sign, table)
+    _run("_dq", n, xin, scale, zp, out_k, *geometry, mask, sign, table)
     return out
-
-
-# ----------------------------------------------------------------------------------------------- numba
-if HAVE_NUMBA:
-    from .small_float import (
-        bf16_bits_to_f32,
-        encode_small_float,
-        f16_bits_to_f32,
-        f32_to_bf16_bits,
-        f32_to_f16_bits,
-        round_to_bf16,
-        round_to_f16,
-    )
-
-    _JIT = dict(cache=True, nogil=True, error_model="numpy")
-
-    def load_value(v):  # pragma: no cover - replaced by the overload inside numba
-        raise NotImplementedError
-
-    @overload(load_value, jit_options=_JIT)
-    def _load_value(v):
-        """An x element widened exactly: float32 as is, float16/bfloat16 bits to float32, int32 to float64."""
-        if v == nbtypes.float32:
-            return lambda v: v
-        if v == nbtypes.uint16:
-            return lambda v: f16_bits_to_f32(v)
-        if v == nbtypes.int16:
-            return lambda v: bf16_bits_to_f32(v)
-        if v == nbtypes.int32:
-            return lambda v: np.float64(v)
-        return None
-
-    def to_precision(v, tag):  # pragma: no cover
-        raise NotImplementedError
-
-    @overload(to_precision, jit_options=_JIT)
-    def _to_precision(v, tag):
-        """A widened value rounded to the division precision, held in float32 (float64 for float64).
-
-        From float64 (int32 x) to float16/bfloat16 via float32, as ml_dtypes casts (and, for float16,
-        identical to a direct rounding: every int32 in float16's range is exact in float32)."""
-        if tag == nbtypes.float32:
-            return lambda v, tag: np.float32(v)
-        if tag == nbtypes.float64:
-            return lambda v, tag: np.float64(v)
-        if tag == nbtypes.uint16:
-            return lambda v, tag: round_to_f16(np.float32(v))
-        if tag == nbtypes.int16:
-            return lambda v, tag: round_to_bf16(np.float32(v))
-        return None
-
-    def from_f32(v, out):  # pragma: no cover
-        raise NotImplementedError
-
-    @overload(from_f32, jit_options=_JIT)
-    def _from_f32(v, out):
-        """A float32 result in the output array's encoding (uint16: float16 bits, int16: bfloat16 bits)."""
-        if out.dtype == nbtypes.float32:
-            return lambda v, out: v
-        if out.dtype == nbtypes.uint16:
-            return lambda v, out: f32_to_f16_bits(v)
-        if out.dtype == nbtypes.int16:
-            return lambda v, out: np.int16(f32_to_bf16_bits(v))
-        return None
-
-    def dq_value(v, zv, mask, sign, table):  # pragma: no cover
-        raise NotImplementedError
-
-    @overload(dq_value, jit_options=_JIT)
-    def _dq_value(v, zv, mask, sign, table):
-        """float32(x - zero point), exact before the conversion."""
-        if zv == nbtypes.float32:  # float8/6/4 x
-            return lambda v, zv, mask, sign, table: np.float32(table[np.uint8(v)] - zv)
-        if zv == nbtypes.int32:  # at most 16 bits: the difference fits int32
-            def impl(v, zv, mask, sign, table):
-                code = np.int32(np.int32(v) & mask)
-                return np.float32(np.int32(np.int32(np.int32(code ^ sign) - sign) - zv))
-            return impl
-        if zv == nbtypes.int64:
-            return lambda v, zv, mask, sign, table: np.float32(np.int64(np.int64(v) - zv))
-        return None
-
-    # -- quantize, integer output
-    @njit(**_JIT)
-    def _q_int_one(xv, sv, zv, tag, lo, hi, mask):
-        q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
-        t = np.rint(q) + zv
-        if not t >= lo:  # NaN included
-            t = lo
-        if t > hi:
-            t = hi
-        return np.int32(np.int32(t) & mask)
-
-    @njit(**_JIT)
-    def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
-        i = start
-        while i < stop:
-            r = i // row_len
-            j = i - r * row_len
-            off = (r // rL) * rA + ((r % rL) // rB) * rC
-            n = min(row_len - j, stop - i)
-            if per_element:
-                # slices starting at 0 let LLVM see non-negative indices (no wraparound check, no gathers)
-                xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
-                for k in range(n):
-                    os[k] = _q_int_one(xs[k], ss[k], zs[k], tag, lo, hi, mask)
-            else:
-                seg = j // seg_len
-                n = min(n, (seg + 1) * seg_len - j)
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
-            i += n
-
-    @njit(**_JIT)
-    def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
-        _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop)
-
-    @njit(parallel=True, **_JIT)
-    def _q_int_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, chunks):
-        n = np.int64(x.size)
-        for c in prange(chunks):
-            _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask,
-                        c * n // chunks, (c + 1) * n // chunks)
-
-    # -- quantize, float8/6/4 output
-    @njit(**_JIT)
-    def _q_float_one(xv, sv, zv, tag, add_zp, mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero):
-        q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
-        if add_zp:
-            # LLVM may commute the addition; x86 returns the first NaN operand, as the reference gets it
-            q = q if q != q else to_precision(q + zv, tag)
-        return encode_small_float(np.float32(q), mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero)
-
-    @njit(**_JIT)
-    def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                      mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero, start, stop):
-        i = start
-        while i < stop:
-            r = i // row_len
-            j = i - r * row_len
-            off = (r // rL) * rA + ((r % rL) // rB) * rC
-            n = min(row_len - j, stop - i)
-            if per_element:
-                xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
-                for k in range(n):
-                    os[k] = _q_float_one(xs[k], ss[k], zs[k], tag, add_zp, mbits, bias, max_code,
-                                          sign_shift, op, on, nanp, nann, signed_zero)
-            else:
-                seg = j // seg_len
-                n = min(n, (seg + 1) * seg_len - j)
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, mbits, bias, max_code, sign_shift, op, on,
-                                          nanp, nann, signed_zero)
-            i += n
-
-    @njit(**_JIT)
-    def _q_float_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                        mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero, start, stop):
-        _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                      mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero, start, stop)
-
-    @njit(parallel=True, **_JIT)
-    def _q_float_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                          mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero, chunks):
-        n = np.int64(x.size)
-        for c in prange(chunks):
-            _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                          mbits, bias, max_code, sign_shift, op, on, nanp, nann, signed_zero,
-                          c * n // chunks, (c + 1) * n // chunks)
-
-    # -- dequantize
-    @njit(**_JIT)
-    def _dq_product(dx, sv):
-        # NaN * NaN: NumPy returns the first operand's NaN; LLVM may commute the multiplication, so say so
-        return dx if dx != dx else np.float32(dx * sv)
-
-    @njit(**_JIT)
-    def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
-        i = start
-        while i < stop:
-            r = i // row_len
-            j = i - r * row_len
-            off = (r // rL) * rA + ((r % rL) // rB) * rC
-            n = min(row_len - j, stop - i)
-            if per_element:
-                xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
-                for k in range(n):
-                    os[k] = from_f32(_dq_product(dq_value(xs[k], zs[k], mask, sign, table), ss[k]), os)
-            else:
-                seg = j // seg_len
-                n = min(n, (seg + 1) * seg_len - j)
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
-            i += n
-
-    @njit(**_JIT)
-    def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
-        _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop)
-
-    @njit(parallel=True, **_JIT)
-    def _dq_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, chunks):
-        n = np.int64(x.size)
-        for c in prange(chunks):
-            _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table,
-                     c * n // chunks, (c + 1) * n // chunks)

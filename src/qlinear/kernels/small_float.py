@@ -85,14 +85,23 @@ class SmallFloatFormat:
         )
 
     def args(self, saturate: bool) -> tuple:
-        """The arguments of `encode_small_float` after the value."""
+        """The arguments of `encode_small_float` after the value: every shift and power of two precomputed,
+        so that the loop needs no variable shifts (which would keep LLVM from using 32-bit vector lanes)."""
         # float4/float6 always saturate (their Inf maps to +/-max in the reference, whatever `saturate` says).
         overflow_pos, overflow_neg = self.overflow_pos, self.overflow_neg
         if saturate or self.sign_shift < 7:
             overflow_pos = self.max_code
             overflow_neg = self.max_code | (1 << self.sign_shift)
+        shift = 23 - self.mbits  # float32 mantissa bits dropped
         return (
-            np.uint32(self.mbits), np.int32(self.bias), np.uint32(self.max_code), np.uint32(self.sign_shift),
+            np.int32((1 << (shift - 1)) - 1),  # half an ulp of the target, minus one
+            np.int32(1 << shift),  # the target's last mantissa bit, in float32 bits
+            np.float32(2.0**-shift),  # bits -> code scale (exact: the rounded bits have their low bits zero)
+            np.int32((127 - self.bias) << self.mbits),  # exponent re-bias, in code units
+            np.float32(2.0 ** (self.mbits + self.bias - 1)),  # subnormal value -> code scale
+            np.int32((128 - self.bias) << 23),  # float32 bits of the smallest normal 2**(1 - bias)
+            np.int32(self.max_code),
+            np.int32(1 << self.sign_shift),
             np.uint8(overflow_pos), np.uint8(overflow_neg), np.uint8(self.nan_pos), np.uint8(self.nan_neg),
             bool(self.signed_zero),
         )
@@ -180,31 +189,28 @@ if njit is not None:
         return np.uint16(code | sign)
 
     @njit(cache=True, nogil=True)
-    def encode_small_float(v, mbits, bias, max_code, sign_shift, overflow_pos, overflow_neg, nan_pos, nan_neg,
-                           signed_zero):
-        """The float8/6/4 byte for float32 ``v`` (see `SmallFloatFormat.args` for the parameters)."""
-        bits = np.float32(v).view(np.uint32)
-        magnitude = _U32(bits & _ABS)
-        negative = bits >= _SIGN
-        shift = _U32(_U32(23) - mbits)
-        half_minus_one = _U32((_U32(1) << (shift - _U32(1))) - _U32(1))
-        normal = _U32(
-            (_U32(magnitude + half_minus_one + ((magnitude >> shift) & _U32(1))) >> shift)
-            - _U32(np.uint32(127 - bias) << mbits)
-        )
-        # Below the smallest normal 2**(1 - bias) the codes are multiples of 2**(1 - bias - mbits): scale
-        # exactly by a power of two (built from its exponent bits) and round half to even.
-        scale = _U32(_U32(np.int32(126) + bias + np.int32(mbits)) << _U32(23)).view(np.float32)
-        subnormal = _U32(np.rint(np.uint32(magnitude).view(np.float32) * scale))
-        min_normal = _U32(_U32(np.int32(128) - bias) << _U32(23))
+    def encode_small_float(v, half_minus_one, last_bit, code_scale, rebias, subnormal_scale, min_normal, max_code,
+                           sign_value, overflow_pos, overflow_neg, nan_pos, nan_neg, signed_zero):
+        """The float8/6/4 byte for float32 ``v`` (see `SmallFloatFormat.args` for the parameters).
+
+        Normal range: round the float32 bits half to even at the target's last mantissa bit, then read the
+        code off the rounded bits (a carry into the exponent is the correct next binade). Below the
+        smallest normal: the codes are multiples of a fixed step; scale exactly by a power of two and rint.
+        Codes are continuous in magnitude across the boundary, so overflow is one comparison."""
+        magnitude = np.int32(np.float32(v).view(np.int32) & np.int32(0x7FFFFFFF))
+        negative = np.float32(v).view(np.int32) < np.int32(0)
+        odd = np.int32(1) if (magnitude & last_bit) != np.int32(0) else np.int32(0)
+        rounded = np.int32(np.int32(magnitude + half_minus_one + odd) & np.int32(-last_bit))
+        normal = np.int32(np.int32(np.float32(rounded) * code_scale) - rebias)
+        subnormal = np.int32(np.rint(np.int32(magnitude).view(np.float32) * subnormal_scale))
         code = subnormal if magnitude < min_normal else normal
-        sign_bit = _U32(_U32(1) << sign_shift) if negative else _U32(0)
-        if not signed_zero and code == _U32(0):
-            sign_bit = _U32(0)
+        sign_bit = sign_value if negative else np.int32(0)
+        if not signed_zero and code == np.int32(0):
+            sign_bit = np.int32(0)
         result = np.uint8(code | sign_bit)
         if code > max_code:
             result = overflow_neg if negative else overflow_pos
-        if magnitude > _INF:
+        if magnitude > np.int32(0x7F800000):
             result = nan_neg if negative else nan_pos
         return result
 

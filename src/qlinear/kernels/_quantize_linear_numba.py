@@ -1,0 +1,260 @@
+"""The numba half of `qlinear.kernels.quantize_linear` (see its docstring for the arithmetic).
+
+Imported on the first kernel call, never by ``import qlinear``: importing numba alone takes longer
+than the whole import budget. Every function is compiled lazily and cached on disk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+from numba.core import types as nbtypes
+from numba.extending import overload
+
+from .small_float import (
+    bf16_bits_to_f32,
+    encode_small_float,
+    f16_bits_to_f32,
+    f32_to_bf16_bits,
+    f32_to_f16_bits,
+    round_to_bf16,
+    round_to_f16,
+)
+
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+def load_value(v):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(load_value, jit_options=_JIT)
+def _load_value(v):
+    """An x element widened exactly: float32 as is, float16/bfloat16 bits to float32, int32 to float64."""
+    if v == nbtypes.float32:
+        return lambda v: v
+    if v == nbtypes.uint16:
+        return lambda v: f16_bits_to_f32(v)
+    if v == nbtypes.int16:
+        return lambda v: bf16_bits_to_f32(v)
+    if v == nbtypes.int32:
+        return lambda v: np.float64(v)
+    return None
+
+
+def to_precision(v, tag):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(to_precision, jit_options=_JIT)
+def _to_precision(v, tag):
+    """A widened value rounded to the division precision, held in float32 (float64 for float64).
+
+    From float64 (int32 x) to float16/bfloat16 via float32, as ml_dtypes casts (and, for float16,
+    identical to a direct rounding: every int32 in float16's range is exact in float32)."""
+    if tag == nbtypes.float32:
+        return lambda v, tag: np.float32(v)
+    if tag == nbtypes.float64:
+        return lambda v, tag: np.float64(v)
+    if tag == nbtypes.uint16:
+        return lambda v, tag: round_to_f16(np.float32(v))
+    if tag == nbtypes.int16:
+        return lambda v, tag: round_to_bf16(np.float32(v))
+    return None
+
+
+def from_f32(v, out):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(from_f32, jit_options=_JIT)
+def _from_f32(v, out):
+    """A float32 result in the output array's encoding (uint16: float16 bits, int16: bfloat16 bits)."""
+    if out.dtype == nbtypes.float32:
+        return lambda v, out: v
+    if out.dtype == nbtypes.uint16:
+        return lambda v, out: f32_to_f16_bits(v)
+    if out.dtype == nbtypes.int16:
+        return lambda v, out: np.int16(f32_to_bf16_bits(v))
+    return None
+
+
+def dq_value(v, zv, mask, sign, table):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(dq_value, jit_options=_JIT)
+def _dq_value(v, zv, mask, sign, table):
+    """float32(x - zero point), exact before the conversion."""
+    if zv == nbtypes.float32:  # float8/6/4 x
+        return lambda v, zv, mask, sign, table: np.float32(table[np.uint8(v)] - zv)
+    if zv == nbtypes.int32:  # at most 16 bits: the difference fits int32
+        def impl(v, zv, mask, sign, table):
+            code = np.int32(np.int32(v) & mask)
+            return np.float32(np.int32(np.int32(np.int32(code ^ sign) - sign) - zv))
+        return impl
+    if zv == nbtypes.int64:
+        return lambda v, zv, mask, sign, table: np.float32(np.int64(np.int64(v) - zv))
+    return None
+
+# -- quantize, integer output
+@njit(**_JIT)
+def _q_int_one(xv, sv, zv, tag, lo, hi, mask):
+    q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
+    t = np.rint(q) + zv
+    if not t >= lo:  # NaN included
+        t = lo
+    if t > hi:
+        t = hi
+    return np.int32(np.int32(t) & mask)
+
+
+@njit(**_JIT)
+def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
+    i = start
+    r = i // row_len
+    j = i - r * row_len
+    while i < stop:  # one row per turn; the divisions run once per row, not per segment
+        off = (r // rL) * rA + ((r % rL) // rB) * rC
+        end = min(row_len, j + (stop - i))
+        if per_element:
+            n = end - j
+            # slices starting at 0 let LLVM see non-negative indices (no wraparound check, no gathers)
+            xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
+            for k in range(n):
+                os[k] = _q_int_one(xs[k], ss[k], zs[k], tag, lo, hi, mask)
+            i += n
+        else:
+            seg = j // seg_len
+            while j < end:
+                n = min(end, (seg + 1) * seg_len) - j
+                sv = s[off + seg]
+                zv = zp[off + seg]
+                xs, os = x[i:i + n], out[i:i + n]
+                for k in range(n):
+                    os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
+                i += n
+                j += n
+                seg += 1
+        r += 1
+        j = 0
+
+
+@njit(**_JIT)
+def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
+    _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop)
+
+
+@njit(parallel=True, **_JIT)
+def _q_int_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, chunks):
+    n = np.int64(x.size)
+    for c in prange(chunks):
+        _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask,
+                    c * n // chunks, (c + 1) * n // chunks)
+
+# -- quantize, float8/6/4 output
+@njit(**_JIT)
+def _q_float_one(xv, sv, zv, tag, add_zp, fmt):
+    q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
+    if add_zp:
+        # LLVM may commute the addition; x86 returns the first NaN operand, as the reference gets it
+        q = q if q != q else to_precision(q + zv, tag)
+    return encode_small_float(np.float32(q), *fmt)
+
+
+@njit(**_JIT)
+def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
+                  fmt, start, stop):
+    i = start
+    r = i // row_len
+    j = i - r * row_len
+    while i < stop:  # one row per turn; the divisions run once per row, not per segment
+        off = (r // rL) * rA + ((r % rL) // rB) * rC
+        end = min(row_len, j + (stop - i))
+        if per_element:
+            n = end - j
+            xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
+            for k in range(n):
+                os[k] = _q_float_one(xs[k], ss[k], zs[k], tag, add_zp, fmt)
+            i += n
+        else:
+            seg = j // seg_len
+            while j < end:
+                n = min(end, (seg + 1) * seg_len) - j
+                sv = s[off + seg]
+                zv = zp[off + seg]
+                xs, os = x[i:i + n], out[i:i + n]
+                for k in range(n):
+                    os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, fmt)
+                i += n
+                j += n
+                seg += 1
+        r += 1
+        j = 0
+
+
+@njit(**_JIT)
+def _q_float_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
+                    fmt, start, stop):
+    _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
+                  fmt, start, stop)
+
+
+@njit(parallel=True, **_JIT)
+def _q_float_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
+                      fmt, chunks):
+    n = np.int64(x.size)
+    for c in prange(chunks):
+        _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
+                      fmt,
+                      c * n // chunks, (c + 1) * n // chunks)
+
+# -- dequantize
+@njit(**_JIT)
+def _dq_product(dx, sv):
+    # NaN * NaN: NumPy returns the first operand's NaN; LLVM may commute the multiplication, so say so
+    return dx if dx != dx else np.float32(dx * sv)
+
+
+@njit(**_JIT)
+def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
+    i = start
+    r = i // row_len
+    j = i - r * row_len
+    while i < stop:  # one row per turn; the divisions run once per row, not per segment
+        off = (r // rL) * rA + ((r % rL) // rB) * rC
+        end = min(row_len, j + (stop - i))
+        if per_element:
+            n = end - j
+            xs, os, ss, zs = x[i:i + n], out[i:i + n], s[off + j:off + j + n], zp[off + j:off + j + n]
+            for k in range(n):
+                os[k] = from_f32(_dq_product(dq_value(xs[k], zs[k], mask, sign, table), ss[k]), os)
+            i += n
+        else:
+            seg = j // seg_len
+            while j < end:
+                n = min(end, (seg + 1) * seg_len) - j
+                sv = s[off + seg]
+                zv = zp[off + seg]
+                xs, os = x[i:i + n], out[i:i + n]
+                for k in range(n):
+                    os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
+                i += n
+                j += n
+                seg += 1
+        r += 1
+        j = 0
+
+
+@njit(**_JIT)
+def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
+    _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop)
+
+
+@njit(parallel=True, **_JIT)
+def _dq_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, chunks):
+    n = np.int64(x.size)
+    for c in prange(chunks):
+        _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table,
+                 c * n // chunks, (c + 1) * n // chunks)
