@@ -199,7 +199,7 @@ def _write_quantized(source, reader, writer, jobs, qtype, settings, args, advanc
         result = tensors.quantize_tensor(
             where, x, gran, qtype, settings.symmetric,
             sink=lambda q: writer.write(tensors.to_storage(q, qtype)),
-            plot=bool(args.plot), progress=advance,
+            plot=bool(args.plot), progress=advance, release=None if x.ndim == 0 else formats.page_releaser(x, entry),
         )
         writer.end()
         del x

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import struct
 import zipfile
@@ -68,6 +69,33 @@ class Entry:
 
 # ----------------------------------------------------------------------------------------------------
 # Readers
+
+
+def page_releaser(array, entry: "Entry"):
+    """For a memory-mapped tensor, a function ``release(start_row, stop_row)`` that lets the kernel drop
+    the pages of those rows from this process (they are read again from the file if touched), so that
+    the resident memory of a pass over a large tensor stays near one chunk; None for other arrays."""
+    mapped = array
+    while mapped is not None and not isinstance(mapped, np.memmap):
+        mapped = mapped.base
+    handle = getattr(mapped, "_mmap", None)
+    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED") or not entry.shape:
+        return None
+    row_bytes = entry.nbytes // max(1, entry.shape[0])
+    # np.memmap maps from the allocation-granularity boundary below its offset
+    start_in_map = mapped.offset % mmap.ALLOCATIONGRANULARITY + (array.__array_interface__["data"][0] - mapped.__array_interface__["data"][0])
+    page = mmap.PAGESIZE
+
+    def release(start_row: int, stop_row: int) -> None:
+        begin = (start_in_map + start_row * row_bytes) // page * page
+        end = start_in_map + stop_row * row_bytes
+        if end > begin:
+            try:
+                handle.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+            except (OSError, ValueError):
+                pass
+
+    return release
 
 
 class NpyReader:
@@ -334,8 +362,12 @@ def copy_raw(reader, entry: Entry, writer, chunk_bytes: int = 64 << 20) -> None:
     writer.begin(entry.name)
     if isinstance(reader, SafetensorsReader):
         raw = reader.raw(entry)
+        release = page_releaser(raw, Entry(entry.name, np.dtype(np.uint8), (raw.size,), raw.size))
         for start in range(0, raw.size, chunk_bytes):
-            writer.write(np.asarray(raw[start: start + chunk_bytes]))
+            stop = min(raw.size, start + chunk_bytes)
+            writer.write(np.asarray(raw[start:stop]))
+            if release is not None:
+                release(start, stop)
         del raw
     else:
         writer.write(np.asarray(reader.array(entry)))

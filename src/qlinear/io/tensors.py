@@ -144,11 +144,12 @@ def _as_rows(x):
 
 
 def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmetric: bool, sink,
-                    scale_dtype=np.float32, plot: bool = False, progress=None) -> Quantized:
+                    scale_dtype=np.float32, plot: bool = False, progress=None, release=None) -> Quantized:
     """Calibrate and quantize ``x`` (any array with NumPy slicing, rank >= 0, not empty) chunk by chunk.
 
     ``sink(q)`` receives the quantized chunks in order (ml_dtypes arrays, one element per byte).
-    ``progress(nbytes)`` is told how many input bytes each chunk covered.
+    ``progress(nbytes)`` is told how many input bytes each chunk covered; ``release(start, stop)``, when
+    given, is called after each chunk of rows is done with (see `formats.page_releaser`).
     """
     scalar = x.ndim == 0
     if scalar:
@@ -162,6 +163,8 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         low, high = calibrate.ranges(chunk, _chunk_granularity(gran, chunk.shape))
         lows.append(low)
         highs.append(high)
+        if release is not None:
+            release(start, stop)
     low = _combine(lows, gran, np.minimum)
     high = _combine(highs, gran, np.maximum)
     try:
@@ -212,6 +215,8 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
                 stats.group_noise.append(noise)
                 stats.group_count.append(count)
         sink(q.reshape(()) if scalar else q)
+        if release is not None:
+            release(start, stop)
         if progress is not None:
             progress((stop - start) * row_bytes)
     if plot:
