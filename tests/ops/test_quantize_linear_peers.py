@@ -45,12 +45,15 @@ from ._qdq_peers import (  # noqa: E402
     ONNX_NAME_TO_DTYPE as DT,
     TENSORPROTO,
     OnnxRuntimePeer,
-    OnnxRuntimeUnsupported,
     ReferencePeer,
+    onnx_name,
     onnxruntime_supports,
 )
 from onnx import helper, numpy_helper  # noqa: E402
 
+# Per test: EXAMPLES cases x X_ARRAYS_PER_CASE arrays, a few thousand random x arrays per operator and
+# peer (about 30 elements each), in well under a minute per test on one core.
+EXAMPLES = int(os.environ.get("QDQ_EXAMPLES", 500))
 X_ARRAYS_PER_CASE = 8
 
 
@@ -615,7 +618,7 @@ def _claim_quantize_deviations(check: Explained, case: Case, x, q, extra: dict) 
         check.claim("float4/float6 NaN gives -0/+0 (ml_dtypes), not +max", np.isnan(q + zp), nan_to_zero)
 
 
-@settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
+@settings(max_examples=EXAMPLES)
 @given(case=cases("QuantizeLinear", "reference"))
 def test_quantize_linear_matches_reference(case):
     rng = np.random.default_rng(case.seed)
@@ -643,7 +646,7 @@ def test_quantize_linear_matches_reference(case):
             check.done()
 
 
-@settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
+@settings(max_examples=EXAMPLES)
 @given(case=cases("QuantizeLinear", "onnxruntime"))
 def test_quantize_linear_matches_onnxruntime(case):
     rng = np.random.default_rng(case.seed)
@@ -691,7 +694,7 @@ def _assert_formula(case, x, outputs, formula):
         assert equal.all(), implementation + "\n" + _show(case, x, ~equal, qlinear=actual, formula=formula)
 
 
-@settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
+@settings(max_examples=EXAMPLES)
 @given(case=cases("DequantizeLinear", "reference"))
 def test_dequantize_linear_matches_reference(case):
     rng = np.random.default_rng(case.seed)
@@ -727,7 +730,7 @@ def test_dequantize_linear_matches_reference(case):
             check.done()
 
 
-@settings(max_examples=int(os.environ.get("QDQ_EXAMPLES", 150)))
+@settings(max_examples=EXAMPLES)
 @given(case=cases("DequantizeLinear", "onnxruntime"))
 def test_dequantize_linear_matches_onnxruntime(case):
     rng = np.random.default_rng(case.seed)
@@ -766,10 +769,6 @@ def _case(op="QuantizeLinear", opset=25, x_type="float", scale=np.float32(1), ze
     return Case(op, opset, x_type, scale_type, y, quantized, x_shape, granularity, kw.get("axis"),
                 kw.get("block_size", 0), scale, zero_point, bool(kw.get("output_dtype", False)),
                 kw.get("saturate"), kw.get("precision"), 0)
-
-
-def onnx_name(dtype) -> str:
-    return {np.dtype(v): k for k, v in DT.items()}[np.dtype(dtype)]
 
 
 def _differences(a, b) -> int:
