@@ -135,6 +135,16 @@ if ig.HAVE_NUMBA:
                                 packed[d + t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(8))
                                                          | (np.uint32(x2[t]) << np.uint32(16))
                                                          | (np.uint32(x3[t]) << np.uint32(24)))
+                        elif sw == 2:  # stride 2: LLVM turns the even-index reads into wide loads + shuffles
+                            ln = seg_len[sg]
+                            x0 = xp[src + k0:src + k0 + 2 * ln - 1]
+                            x1 = xp[src + k1:src + k1 + 2 * ln - 1]
+                            x2 = xp[src + k2:src + k2 + 2 * ln - 1]
+                            x3 = xp[src + k3:src + k3 + 2 * ln - 1]
+                            for t in range(ln):
+                                packed[d + t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(8))
+                                                         | (np.uint32(x2[2 * t]) << np.uint32(16))
+                                                         | (np.uint32(x3[2 * t]) << np.uint32(24)))
                         else:
                             for t in range(seg_len[sg]):
                                 o = src + t * sw

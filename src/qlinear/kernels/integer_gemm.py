@@ -217,10 +217,19 @@ if HAVE_NUMBA:
             a1 = u1[i]
             a2 = u2[i]
             trow = r * ldt
-            # int32 wrap-around arithmetic (exact: see the module docstring)
-            for c in range(nc):
-                j = j0 + c
-                accrow[c] = np.int32(tile[trow + c] + rt + cterm[j] - a1 * v1[j] - a2 * v2[j])
+            # int32 wrap-around arithmetic (exact: see the module docstring). The common cases get their own
+            # loops: a convolution has no column term and no second rank-1 term; zero points 0 need neither.
+            if a2 == 0:
+                if a1 == 0:
+                    for c in range(nc):
+                        accrow[c] = np.int32(tile[trow + c] + rt + cterm[j0 + c])
+                else:
+                    for c in range(nc):
+                        accrow[c] = np.int32(tile[trow + c] + rt + cterm[j0 + c] - a1 * v1[j0 + c])
+            else:
+                for c in range(nc):
+                    j = j0 + c
+                    accrow[c] = np.int32(tile[trow + c] + rt + cterm[j] - a1 * v1[j] - a2 * v2[j])
             m_off = i * mult_rs + j0 * mult_cs
             m_row = mult[i * mult_rs] if mode != 0 else 0.0
             if contiguous:
