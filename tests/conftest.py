@@ -7,6 +7,11 @@ reproduce any failure (``@reproduce_failure``).
 
 import os
 
+# TensorFlow's oneDNN kernels differ from its reference CPU kernel (the one qlinear.tf matches), and
+# the choice is made when TensorFlow is first imported, whichever test does it.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

@@ -31,6 +31,7 @@ class ElementType:
     kind: str
     qmin: int | None = None  # integer saturation range
     qmax: int | None = None
+    tf_name: str | None = None  # TensorFlow's quantized type of the same width ("qint8"), if any
 
     @property
     def name(self) -> str:
@@ -60,18 +61,18 @@ class ElementType:
         return f"ElementType({self.onnx_name})"
 
 
-def _int(onnx_name, dtype, tp, bits):
+def _int(onnx_name, dtype, tp, bits, tf_name=None):
     info = ml_dtypes.iinfo(dtype)
-    return ElementType(onnx_name, np.dtype(dtype), tp, bits, "int", int(info.min), int(info.max))
+    return ElementType(onnx_name, np.dtype(dtype), tp, bits, "int", int(info.min), int(info.max), tf_name)
 
 
 # TensorProto numbers are those of onnx.TensorProto.DataType (onnx 1.23).
 TYPES: tuple[ElementType, ...] = (
-    _int("uint8", np.uint8, 2, 8),
-    _int("int8", np.int8, 3, 8),
-    _int("uint16", np.uint16, 4, 16),
-    _int("int16", np.int16, 5, 16),
-    _int("int32", np.int32, 6, 32),
+    _int("uint8", np.uint8, 2, 8, "quint8"),
+    _int("int8", np.int8, 3, 8, "qint8"),
+    _int("uint16", np.uint16, 4, 16, "quint16"),
+    _int("int16", np.int16, 5, 16, "qint16"),
+    _int("int32", np.int32, 6, 32, "qint32"),
     _int("uint4", ml_dtypes.uint4, 21, 4),
     _int("int4", ml_dtypes.int4, 22, 4),
     _int("uint2", ml_dtypes.uint2, 25, 2),

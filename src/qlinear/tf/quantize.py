@@ -15,18 +15,14 @@ import operator
 import ml_dtypes
 import numpy as np
 
+from qlinear import dtypes
 from qlinear.reference import tf_quantize as _ref
 
 __all__ = ["quantize_v2", "dequantize", "TF_QUANTIZED_TYPES"]
 
 # TensorFlow's quantized types and the NumPy storage TensorFlow itself hands back (Tensor.numpy()).
-TF_QUANTIZED_TYPES: dict[str, np.dtype] = {
-    "qint8": np.dtype(np.int8),
-    "quint8": np.dtype(np.uint8),
-    "qint16": np.dtype(np.int16),
-    "quint16": np.dtype(np.uint16),
-    "qint32": np.dtype(np.int32),
-}
+# TensorFlow's quantized types, from the type table: name -> the NumPy dtype of the same width.
+TF_QUANTIZED_TYPES: dict[str, np.dtype] = {t.tf_name: t.dtype for t in dtypes.TYPES if t.tf_name}
 _TF_NAME_OF = {dtype: name for name, dtype in TF_QUANTIZED_TYPES.items()}
 
 MODES = (_ref.MIN_COMBINED, _ref.MIN_FIRST, _ref.SCALED)
