@@ -171,7 +171,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     carrier = _carrier(precision)
     tag = _precision_tag(np.dtype(precision))
     geometry = tuple(np.int64(v) if not isinstance(v, bool) else v for v in _layout(granularity, n))
-    scale = _flat(y_scale).astype(precision).astype(carrier)
+    scale = _flat(y_scale).astype(precision, copy=False).astype(carrier, copy=False)  # no copy for float32
     xin = _as_kernel_input(x)
     view = _byte_view(output)
     out_flat = out.reshape(-1)
@@ -182,7 +182,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
         if y_zero_point is None:
             zp = np.zeros(scale.size, wide)
         else:
-            zp = _flat(y_zero_point).astype(np.int64).astype(wide)
+            zp = _flat(y_zero_point).astype(wide)  # exact: every integer zero point fits the wide type
         mask = np.int32((1 << output.bits) - 1 if output.bits < 8 else -1)
         lo, hi = wide.type(output.qmin), wide.type(output.qmax)
         _run("_q_int", n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
@@ -194,7 +194,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
 
     fmt = SmallFloatFormat.of(output).args(bool(saturate))
     add_zp = y_zero_point is not None
-    zp = _flat(y_zero_point).astype(precision).astype(carrier) if add_zp else np.zeros(scale.size, carrier)
+    zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False) if add_zp else np.zeros(scale.size, carrier)
     _run("_q_float", n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
     return out
 
@@ -222,7 +222,7 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
     if n == 0:
         return out
     geometry = tuple(np.int64(v) if not isinstance(v, bool) else v for v in _layout(granularity, n))
-    scale = _flat(x_scale).astype(np.float32)
+    scale = _flat(x_scale).astype(np.float32, copy=False)
     out_flat = out.reshape(-1)
     view = _STORAGE_VIEW.get(output.dtype.name)
     out_k = out_flat.view(view) if view is not None else out_flat
@@ -231,7 +231,7 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
 
     if x_type.is_integer:
         zp_type = np.int64 if x_type.bits > 16 else np.int32
-        zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(np.int64).astype(zp_type)
+        zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(zp_type)
         if x_type.bits < 8:
             mask = np.int32((1 << x_type.bits) - 1)
             sign = np.int32(1 << (x_type.bits - 1)) if x_type.qmin < 0 else np.int32(0)

@@ -34,11 +34,21 @@ _OUTPUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtype
 # Kernels: the one place a faster implementation replaces the reference.
 # ---------------------------------------------------------------------------------------------
 def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
-    return _ref.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
+    from qlinear.kernels import tf_quantize as _fast  # numba kernels; None when none covers the case
+
+    result = _fast.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
+    if result is None:
+        result = _ref.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
+    return result
 
 
 def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict):
-    return _ref.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+    from qlinear.kernels import tf_quantize as _fast
+
+    result = _fast.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+    if result is None:
+        result = _ref.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------

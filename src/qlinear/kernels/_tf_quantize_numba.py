@@ -1,0 +1,218 @@
+"""The numba half of `qlinear.kernels.tf_quantize`: TensorFlow's QuantizeV2/Dequantize element loops.
+
+Each element function is the per-element part of the matching NumPy reference function in
+`qlinear.reference.tf_quantize` (named in its docstring), with the same float32 operations in the same
+order; the per-slice constants arrive precomputed. ``_ftz`` reproduces the FTZ/DAZ flags TensorFlow's
+threads run with. Imported on the first kernel call; compiled lazily, cached on disk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+_FLT_MIN = np.float32(np.finfo(np.float32).tiny)
+_ZERO = np.float32(0.0)
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+_INT32_MIN_F = np.float32(-(2.0**31))
+_TWO_31 = np.float32(2.0**31)
+
+# modes, as `qlinear.kernels.tf_quantize` numbers them
+Q_SCALED_EVEN, Q_SCALED_AWAY, Q_COMBINED_SIGNED, Q_COMBINED_UNSIGNED, Q_FIRST = 0, 1, 2, 3, 4
+DQ_COMBINED, DQ_FIRST, DQ_SCALED, DQ_SCALED_WRAP = 0, 1, 2, 3
+
+
+@njit(**_JIT)
+def _ftz(v):
+    """A subnormal float32 becomes a zero of its sign (v * 0 keeps the sign); NaN and the rest pass."""
+    return v * _ZERO if abs(v) < _FLT_MIN else v
+
+
+@njit(**_JIT)
+def _round_half_away(v):
+    whole = np.trunc(v)
+    frac = np.float32(v - whole)
+    step = _ONE if frac >= _HALF else (-_ONE if frac <= -_HALF else _ZERO)
+    return np.float32(whole + step)
+
+
+@njit(**_JIT)
+def _np_minimum(a, b):  # NumPy's minimum: NaN in, NaN out
+    return b if a > b else a
+
+
+@njit(**_JIT)
+def _np_maximum(a, b):
+    return b if a < b else a
+
+
+@njit(**_JIT)
+def _to_int_bits(r, nan_value):
+    """_float_to_int_bits: non-finite -> nan_value, else the integer (int64, narrowed by the store)."""
+    if not np.isfinite(r):
+        return nan_value
+    return np.int64(r)
+
+
+@njit(**_JIT)
+def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
+    """One element. SCALED: a=scale, b=out_min, c=out_max. MIN_COMBINED: a=scale, b=min, c=max.
+    MIN_FIRST: a=range_scale, b=offset."""
+    x = _ftz(x)  # DAZ
+    if mode == Q_SCALED_EVEN or mode == Q_SCALED_AWAY:
+        clamped = _np_maximum(_np_minimum(x, c), b)
+        v = _ftz(np.float32(clamped * a))
+        r = np.rint(v) if mode == Q_SCALED_EVEN else _round_half_away(v)
+        return _to_int_bits(r, nan_value)
+    if mode == Q_COMBINED_SIGNED or mode == Q_COMBINED_UNSIGNED:
+        clamped = _np_maximum(_np_minimum(x, c), b)
+        scaled = _ftz(np.float32(_ftz(np.float32(clamped - b)) * a))
+        if mode == Q_COMBINED_SIGNED:
+            r = _round_half_away(_ftz(np.float32(scaled - half_range)))
+        else:
+            r = np.trunc(_ftz(np.float32(scaled + _HALF)))
+        return _to_int_bits(r, nan_value)
+    # MIN_FIRST
+    v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
+    v = _np_minimum(_np_maximum(v, lower), upper)
+    if v != v:
+        return np.int64(-(2**31))  # cvttps2dq's "integer indefinite"
+    return np.int64(np.int32(np.int64(v)))
+
+
+@njit(**_JIT)
+def _dequantize_one(q, mode, a, b, half):
+    """One element. MIN_COMBINED: a=scale, b=min. MIN_FIRST: a=range_scale, b=offset. SCALED: a=scale."""
+    qf = np.float32(q)
+    if mode == DQ_COMBINED:
+        return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(qf + half)) * a)) + b))
+    if mode == DQ_FIRST:
+        return _ftz(np.float32(b + _ftz(np.float32(qf * a))))
+    if mode == DQ_SCALED_WRAP and qf >= _TWO_31:
+        qf = _INT32_MIN_F  # (int)(float)q wraps for per-tensor qint32
+    return _ftz(np.float32(qf * a))
+
+
+@njit(**_JIT)
+def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, row_start, row_stop, slices):
+    # x and out are [rows, post] flattened; row r belongs to slice r % slices
+    for r in range(row_start, row_stop):
+        s = r % slices
+        av, bv, cv = a[s], b[s], c[s]
+        xs = x[r * post:(r + 1) * post]
+        os = out[r * post:(r + 1) * post]
+        # one loop per mode, so that each is a straight vectorisable loop
+        if mode == Q_SCALED_EVEN:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper, nan_value)
+        elif mode == Q_SCALED_AWAY:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper, nan_value)
+        elif mode == Q_COMBINED_SIGNED:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper, nan_value)
+        elif mode == Q_COMBINED_UNSIGNED:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper, nan_value)
+        else:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
+
+
+@njit(**_JIT)
+def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, row_start, row_stop):
+    # post == 1: each row is the whole slice axis, parameters per element
+    for r in range(row_start, row_stop):
+        xs = x[r * slices:(r + 1) * slices]
+        os = out[r * slices:(r + 1) * slices]
+        for k in range(slices):
+            os[k] = _quantize_one(xs[k], mode, a[k], b[k], c[k], half_range, lower, upper, nan_value)
+
+
+@njit(**_JIT)
+def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices):
+    for r in range(row_start, row_stop):
+        s = r % slices
+        av, bv = a[s], b[s]
+        qs = q[r * post:(r + 1) * post]
+        os = out[r * post:(r + 1) * post]
+        if mode == DQ_COMBINED:
+            for k in range(post):
+                os[k] = _dequantize_one(qs[k], DQ_COMBINED, av, bv, half)
+        elif mode == DQ_FIRST:
+            for k in range(post):
+                os[k] = _dequantize_one(qs[k], DQ_FIRST, av, bv, half)
+        elif mode == DQ_SCALED:
+            for k in range(post):
+                os[k] = _dequantize_one(qs[k], DQ_SCALED, av, bv, half)
+        else:
+            for k in range(post):
+                os[k] = _dequantize_one(qs[k], DQ_SCALED_WRAP, av, bv, half)
+
+
+@njit(**_JIT)
+def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop):
+    for r in range(row_start, row_stop):
+        qs = q[r * slices:(r + 1) * slices]
+        os = out[r * slices:(r + 1) * slices]
+        for k in range(slices):
+            os[k] = _dequantize_one(qs[k], mode, a[k], b[k], half)
+
+
+@njit(parallel=True, **_JIT)
+def quantize_parallel(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, rows, chunks):
+    if slices == 1:  # per-tensor: split the flat array, whatever the row structure
+        n = x.size
+        for t in prange(chunks):
+            lo = t * n // chunks
+            hi = (t + 1) * n // chunks
+            _quantize_rows(x[lo:hi], out[lo:hi], a, b, c, hi - lo, mode, half_range, lower, upper, nan_value, 0, 1, 1)
+        return
+    if post == 1:
+        rows = rows // slices  # rows of the whole slice axis
+    for t in prange(chunks):
+        lo = t * rows // chunks
+        hi = (t + 1) * rows // chunks
+        if post == 1:
+            _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, lo, hi)
+        else:
+            _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, lo, hi, slices)
+
+
+@njit(**_JIT)
+def quantize_serial(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, rows, chunks):
+    if post == 1:
+        _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, 0, rows // slices)
+    else:
+        _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, 0, rows, slices)
+
+
+@njit(parallel=True, **_JIT)
+def dequantize_parallel(q, out, a, b, post, slices, mode, half, rows, chunks):
+    if slices == 1:
+        n = q.size
+        for t in prange(chunks):
+            lo = t * n // chunks
+            hi = (t + 1) * n // chunks
+            _dequantize_rows(q[lo:hi], out[lo:hi], a, b, hi - lo, mode, half, 0, 1, 1)
+        return
+    if post == 1:
+        rows = rows // slices
+    for t in prange(chunks):
+        lo = t * rows // chunks
+        hi = (t + 1) * rows // chunks
+        if post == 1:
+            _dequantize_last_axis(q, out, a, b, slices, mode, half, lo, hi)
+        else:
+            _dequantize_rows(q, out, a, b, post, mode, half, lo, hi, slices)
+
+
+@njit(**_JIT)
+def dequantize_serial(q, out, a, b, post, slices, mode, half, rows, chunks):
+    if post == 1:
+        _dequantize_last_axis(q, out, a, b, slices, mode, half, 0, rows // slices)
+    else:
+        _dequantize_rows(q, out, a, b, post, mode, half, 0, rows, slices)

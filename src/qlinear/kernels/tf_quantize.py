@@ -1,0 +1,135 @@
+"""Fast TensorFlow QuantizeV2 and Dequantize (TensorFlow's CPU-kernel arithmetic, not ``strict``).
+
+Internal API, called at the dispatch point of `qlinear.tf.quantize` with the arguments its reference
+functions take (``x`` viewed as ``[pre, slices, post]``, per-slice float32 ranges):
+
+``quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)``
+``dequantize(q3, min_range, max_range, mode, narrow_range, strict)``
+    The reference's result, bit for bit, or None when no kernel covers the case (``strict=True``, numba
+    missing, kernels switched off with `qlinear.kernels.quantize_linear.use_kernels(False)`).
+
+The per-slice constants (adjusted ranges, scale factors, offsets) are computed here with the
+reference's own NumPy helpers on arrays of ``slices`` elements; only the per-element part, the same
+float32 operations in the same order with FTZ/DAZ, runs in numba (`_tf_quantize_numba`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..reference import tf_quantize as ref
+from . import threads
+from .quantize_linear import kernels_enabled
+
+F32, F64 = np.float32, np.float64
+_compiled = None
+
+
+def _numba():
+    global _compiled
+    if _compiled is None:
+        from . import _tf_quantize_numba
+
+        _compiled = _tf_quantize_numba
+    return _compiled
+
+
+def _launch(name: str, n: int, *args):
+    compiled = _numba()
+    if n < threads.SERIAL_BELOW or threads.get_num_threads() == 1:
+        getattr(compiled, name + "_serial")(*args, np.int64(1))
+    else:
+        threads.call_parallel(getattr(compiled, name + "_parallel"), *args, np.int64(threads.get_num_threads()))
+
+
+def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
+    if strict or not kernels_enabled():
+        return None
+    nb = _numba()
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    pre, slices, post = x3.shape
+    with np.errstate(all="ignore"):
+        min_r, max_r = ref.adjust_range(np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1),
+                                        F32(ensure_minimum_range))
+        min_r, max_r = np.broadcast_to(min_r, (slices,)).astype(F32), np.broadcast_to(max_r, (slices,)).astype(F32)
+        half_range, lower, upper = F32(0), F32(0), F32(0)
+        if mode == ref.SCALED:  # _scaled
+            min_out_f, max_out_f = F32(lo + (1 if narrow_range else 0)), F32(hi)
+            from_min = np.where(ref._ftz(min_out_f * min_r) > 0, ref._ftz(min_out_f / min_r), ref.FLT_MAX)
+            from_max = np.where(ref._ftz(max_out_f * max_r) > 0, ref._ftz(max_out_f / max_r), ref.FLT_MAX)
+            scale = ref._cpp_min(from_min, from_max).astype(F32)
+            out_min, out_max = ref._ftz(min_out_f / scale), ref._ftz(max_out_f / scale)
+            a, b, c = scale, out_min, out_max
+            code = nb.Q_SCALED_EVEN if round_mode == ref.HALF_TO_EVEN else nb.Q_SCALED_AWAY
+        elif mode == ref.MIN_COMBINED:  # _min_combined
+            a = ref._ftz(F64(hi - lo) / ref._ftz(max_r - min_r).astype(F64))
+            b, c = min_r, max_r
+            if lo < 0:
+                half_range = F32((F64(hi) - F64(lo) + 1) / 2.0)
+                code = nb.Q_COMBINED_SIGNED
+            else:
+                code = nb.Q_COMBINED_UNSIGNED
+            out_min, out_max = min_r, max_r
+        elif mode == ref.MIN_FIRST:  # _min_first
+            bits = dtype.itemsize * 8
+            width = ref._ftz(max_r - min_r)
+            range_scale = np.where(max_r == min_r, F32(0),
+                                   ref._ftz(F64(2.0**bits - 1.0) / width.astype(F64))).astype(F32)
+            range_min_scaled = ref._round_half_away(ref._ftz(min_r * range_scale))
+            a, b, c = range_scale, ref._ftz(range_min_scaled - F32(lo)), np.zeros(slices, F32)
+            lower, upper = max(F32(lo), F32(-2.147483648e09)), min(F32(hi), F32(2.147483520e09))
+            code = nb.Q_FIRST
+            out_min, out_max = min_r, max_r
+        else:
+            return None
+    a, b, c = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b, c))
+    nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
+    x = np.ascontiguousarray(x3, F32).reshape(-1)
+    out = np.empty(x3.shape, dtype)
+    if x.size:
+        _launch("quantize", x.size, x, out.reshape(-1), a, b, c, np.int64(post), np.int64(slices), np.int64(code),
+                F32(half_range), F32(lower), F32(upper), nan_value, np.int64(pre * slices))
+    return out, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
+
+
+def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
+    if strict or not kernels_enabled():
+        return None
+    nb = _numba()
+    info = np.iinfo(q3.dtype)
+    lo, hi = int(info.min), int(info.max)
+    pre, slices, post = q3.shape
+    with np.errstate(all="ignore"):
+        mn = np.broadcast_to(ref._ftz(min_range), (slices,)).astype(F32)
+        mx = np.broadcast_to(ref._ftz(max_range), (slices,)).astype(F32)
+        half = F32(0)
+        if mode == ref.MIN_COMBINED:
+            denom = F32(F32(hi) - F32(lo))
+            a, b = ref._ftz(ref._ftz(mx - mn) / denom), mn
+            if lo < 0:
+                half = F32(F32(denom + F32(1)) / F32(2))
+            code = nb.DQ_COMBINED
+        elif mode == ref.MIN_FIRST:
+            bits = q3.dtype.itemsize * 8
+            width = ref._ftz(mx - mn)
+            rs = ref._ftz(width.astype(F64) / (2.0**bits - 1.0))
+            rounded_min = np.where(mx == mn, mn, ref._ftz(ref._round_half_away(ref._ftz(mn / rs)) * rs)).astype(F32)
+            a, b = rs, ref._ftz(rounded_min - ref._ftz(F32(lo) * rs))
+            code = nb.DQ_FIRST
+        elif mode == ref.SCALED:
+            scale = ref._ftz(mx / F32(hi))
+            if lo < 0:
+                scale = ref._cpp_max(ref._ftz(mn / F32(lo + (1 if narrow_range else 0))), scale).astype(F32)
+            a, b = scale, np.zeros(slices, F32)
+            code = nb.DQ_SCALED_WRAP if (q3.dtype == np.int32 and slices == 1) else nb.DQ_SCALED
+        else:
+            return None
+    a, b = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b))
+    q = np.ascontiguousarray(q3).reshape(-1)
+    out = np.empty(q3.shape, F32)
+    if q.size:
+        _launch("dequantize", q.size, q, out.reshape(-1), a, b, np.int64(post), np.int64(slices), np.int64(code),
+                F32(half), np.int64(pre * slices))
+    return out
