@@ -156,6 +156,7 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         gran = Granularity("tensor", (1,))
     x = _as_rows(x)
     chunks = row_chunks(tuple(x.shape), gran, qtype)
+    row_bytes = x.dtype.itemsize * max(1, math.prod(x.shape[1:]))
 
     lows, highs = [], []
     for start, stop in chunks:
@@ -165,6 +166,8 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         highs.append(high)
         if release is not None:
             release(start, stop)
+        if progress is not None:  # two passes: each reports its half of the work
+            progress((stop - start) * row_bytes / 2)
     low = _combine(lows, gran, np.minimum)
     high = _combine(highs, gran, np.maximum)
     try:
@@ -182,7 +185,6 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         stats.edges = np.linspace(finite_low, finite_high, 257)
         stats.histogram = np.zeros(256, np.int64)
     use_zero_point = qtype.is_integer
-    row_bytes = x.dtype.itemsize * max(1, math.prod(x.shape[1:]))
     for start, stop in chunks:
         chunk = np.asarray(x[start:stop])
         cgran = _chunk_granularity(gran, chunk.shape)
@@ -218,7 +220,7 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         if release is not None:
             release(start, stop)
         if progress is not None:
-            progress((stop - start) * row_bytes)
+            progress((stop - start) * row_bytes / 2)
     if plot:
         stats.group_noise = _combine(stats.group_noise, gran, np.add)
         stats.group_count = _combine(stats.group_count, gran, np.add)
