@@ -79,6 +79,45 @@ def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
 # ----------------------------------------------------------------------------------------------- numba kernels
 if ig.HAVE_NUMBA:
 
+    # The run loops below use slices indexed by a range() variable (numba then drops its negative-index
+    # wrap-around, so LLVM sees contiguous or stride-2 accesses and vectorises with runtime alias checks),
+    # and round the trip count up to a multiple of 32 lanes where that stays inside the panel's row: the
+    # extra lanes are rewritten by a later run or by the zero fill of unused lanes, and the reads stay
+    # inside xp thanks to its slack. Short trip counts would otherwise run in LLVM's scalar remainder loop.
+    @njit(cache=True, inline="always")
+    def _quad_run(packed, d, xp, a0, a1, a2, a3, step, trip):
+        out = packed[d:d + trip]
+        if step == 1:
+            x0 = xp[a0:a0 + trip]
+            x1 = xp[a1:a1 + trip]
+            x2 = xp[a2:a2 + trip]
+            x3 = xp[a3:a3 + trip]
+            for t in range(trip):
+                out[t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(8))
+                                  | (np.uint32(x2[t]) << np.uint32(16)) | (np.uint32(x3[t]) << np.uint32(24)))
+        else:
+            x0 = xp[a0:a0 + 2 * trip]
+            x1 = xp[a1:a1 + 2 * trip]
+            x2 = xp[a2:a2 + 2 * trip]
+            x3 = xp[a3:a3 + 2 * trip]
+            for t in range(trip):
+                out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(8))
+                                  | (np.uint32(x2[2 * t]) << np.uint32(16)) | (np.uint32(x3[2 * t]) << np.uint32(24)))
+
+    @njit(cache=True, inline="always")
+    def _pair_run(packed, d, xp, a0, a1, step, trip):
+        out = packed[d:d + trip]
+        if step == 1:
+            x0 = xp[a0:a0 + trip]
+            x1 = xp[a1:a1 + trip]
+            for t in range(trip):
+                out[t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(16)))
+        else:
+            x0 = xp[a0:a0 + 2 * trip]
+            x1 = xp[a1:a1 + 2 * trip]
+            for t in range(trip):
+                out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(16)))
+
     @njit(cache=True, parallel=True)
     def _pack_columns(xp, koff, k, g, nr, n_img, img_stride, chan_off, od_n, oh_n, ow_n,
                       sd, sh, sw, hpwp, wp, need_sum):
@@ -126,33 +165,17 @@ if ig.HAVE_NUMBA:
                     for sg in range(nseg):
                         src = seg_src[sg]
                         d = dst0 + seg_lane[sg]
-                        if sw == 1:  # contiguous reads: LLVM vectorises this loop
-                            x0 = xp[src + k0:src + k0 + seg_len[sg]]
-                            x1 = xp[src + k1:src + k1 + seg_len[sg]]
-                            x2 = xp[src + k2:src + k2 + seg_len[sg]]
-                            x3 = xp[src + k3:src + k3 + seg_len[sg]]
-                            for t in range(seg_len[sg]):
-                                packed[d + t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(8))
-                                                         | (np.uint32(x2[t]) << np.uint32(16))
-                                                         | (np.uint32(x3[t]) << np.uint32(24)))
-                        elif sw == 2:  # stride 2: LLVM turns the even-index reads into wide loads + shuffles
-                            ln = seg_len[sg]
-                            x0 = xp[src + k0:src + k0 + 2 * ln - 1]
-                            x1 = xp[src + k1:src + k1 + 2 * ln - 1]
-                            x2 = xp[src + k2:src + k2 + 2 * ln - 1]
-                            x3 = xp[src + k3:src + k3 + 2 * ln - 1]
-                            for t in range(ln):
-                                packed[d + t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(8))
-                                                         | (np.uint32(x2[2 * t]) << np.uint32(16))
-                                                         | (np.uint32(x3[2 * t]) << np.uint32(24)))
-                        else:
-                            for t in range(seg_len[sg]):
-                                o = src + t * sw
-                                b0 = np.uint32(xp[o + k0])
-                                b1 = np.uint32(xp[o + k1])
-                                b2 = np.uint32(xp[o + k2])
-                                b3 = np.uint32(xp[o + k3])
-                                packed[d + t] = np.int32(b0 | (b1 << np.uint32(8)) | (b2 << np.uint32(16)) | (b3 << np.uint32(24)))
+                        ln = seg_len[sg]
+                        t0 = 0
+                        if sw <= 2:
+                            trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                            _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
+                            t0 = ln
+                        for t in range(t0, ln):
+                            o = src + t * sw
+                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(8))
+                                                     | (np.uint32(xp[o + k2]) << np.uint32(16))
+                                                     | (np.uint32(xp[o + k3]) << np.uint32(24)))
                         if need_sum:
                             cs = pan * nr + seg_lane[sg]
                             for t in range(seg_len[sg]):
@@ -165,15 +188,15 @@ if ig.HAVE_NUMBA:
                     for sg in range(nseg):
                         src = seg_src[sg]
                         d = dst0 + seg_lane[sg]
-                        if sw == 1:
-                            x0 = xp[src + k0:src + k0 + seg_len[sg]]
-                            x1 = xp[src + k1:src + k1 + seg_len[sg]]
-                            for t in range(seg_len[sg]):
-                                packed[d + t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(16)))
-                        else:
-                            for t in range(seg_len[sg]):
-                                o = src + t * sw
-                                packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+                        ln = seg_len[sg]
+                        t0 = 0
+                        if sw <= 2:
+                            trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                            _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
+                            t0 = ln
+                        for t in range(t0, ln):
+                            o = src + t * sw
+                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
                         if need_sum:
                             cs = pan * nr + seg_lane[sg]
                             for t in range(seg_len[sg]):
@@ -215,6 +238,10 @@ if ig.HAVE_NUMBA:
         per_img = od_n * oh_n * ow_n
         virtual = sh == 1 and sw == 1
         vlen = (oh_n - 1) * wpd + ow_n
+        # trip counts rounded up to 32 lanes so that LLVM's vector loop does all the work (reads past the
+        # plane land in the next plane or in xp's slack; the extra sums are never stored)
+        vlen_r = (vlen + 31) // 32 * 32
+        ow_r = (ow_n + 31) // 32 * 32
         for task in prange(n_img * m_total):
             n = task // m_total
             o = task - n * m_total
@@ -224,9 +251,9 @@ if ig.HAVE_NUMBA:
             b = np.int32(bias[o])
             m = mult[o * mult_rs]
             if virtual:
-                acc = np.empty(vlen, np.int32)
+                acc = np.empty(vlen_r, np.int32)
                 for od in range(od_n):
-                    for t in range(vlen):
+                    for t in range(vlen_r):
                         acc[t] = b
                     tap = 0
                     for kd in range(kd_n):
@@ -235,18 +262,18 @@ if ig.HAVE_NUMBA:
                                 wv = wc[o, tap]
                                 tap += 1
                                 src = xbase + (od * sd + kd * dd) * hp * wpd + kh * dh * wpd + kw * dw
-                                xs = xp[src:src + vlen]
-                                for t in range(vlen):
+                                xs = xp[src:src + vlen_r]
+                                for t in range(vlen_r):
                                     acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
                     for oh in range(oh_n):
                         dst = obase + (od * oh_n + oh) * ow_n
                         ig._store_row(acc[oh * wpd:oh * wpd + ow_n], ow_n, dst, m, mult, 0, 0, mode, yzp,
                                       qmin, qmax, out32, out8)
                 continue
-            acc = np.empty(ow_n, np.int32)
+            acc = np.empty(ow_r, np.int32)
             for od in range(od_n):
                 for oh in range(oh_n):
-                    for t in range(ow_n):
+                    for t in range(ow_r):
                         acc[t] = b
                     tap = 0
                     for kd in range(kd_n):
@@ -257,8 +284,8 @@ if ig.HAVE_NUMBA:
                                 tap += 1
                                 src = row + kw * dw
                                 if sw == 2:
-                                    xs = xp[src:src + 2 * ow_n - 1]
-                                    for t in range(ow_n):
+                                    xs = xp[src:src + 2 * ow_r]
+                                    for t in range(ow_r):
                                         acc[t] += np.int32((np.int32(xs[2 * t]) - za) * wv)
                                 else:
                                     for t in range(ow_n):
@@ -392,14 +419,17 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         xu, zau = x3.view(np.uint8) ^ np.uint8(0x80), za + 128
     else:
         xu, zau = x3, za
+    # padded input, plus slack at the end for the 16-lane chunks that read past a row (values unused)
+    size = math.prod(plan.xp_shape)
+    xflat = np.empty(size + _SLACK, np.uint8)
+    xp = xflat[:size].reshape(plan.xp_shape)
     if plan.padded:
-        xp = np.empty(plan.xp_shape, np.uint8)
         xp.fill(zau)
         xp[plan.inner] = xu
     else:
-        xp = np.ascontiguousarray(xu)
+        xp[...] = xu
+    xflat[size:] = zau
     dp, hp, wp = plan.xp_shape[2:]
-    xflat = xp.reshape(-1)
     out = np.empty(out_shape, rq.y_dtype)
     flat = out.reshape(-1)
     out32 = flat if rq.mode == 0 else _EMPTY32
@@ -439,5 +469,6 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     return out
 
 
+_SLACK = 128  # >= 2 * 32 lanes read past a row at stride 2, + 32 (kw offset)
 _EMPTY32 = np.empty(1, np.int32)
 _EMPTY8 = np.empty(1, np.uint8)

@@ -181,55 +181,79 @@ if HAVE_NUMBA:
     def _store_row(accrow, nc, dst, m_row, mult, m_off, mult_cs, mode, yzp, qmin, qmax, out32, out8):
         """Store one contiguous run of finished accumulators, requantized when mode != 0.
 
-        Separate loops per case so that LLVM vectorises each (no per-element branches or strides)."""
+        Separate loops per case, and slices indexed by range() variables (numba then emits no negative-index
+        wrap-around), so that LLVM vectorises each loop."""
         if mode == 0:
+            o32 = out32[dst:dst + nc]
             for c in range(nc):
-                out32[dst + c] = accrow[c]
-        elif mult_cs == 0:
+                o32[c] = accrow[c]
+            return
+        o8 = out8[dst:dst + nc]
+        if mult_cs == 0:
             if mode == 1:
                 zpf = np.float64(yzp)
                 lo = np.float64(qmin)
                 hi = np.float64(qmax)
                 for c in range(nc):
                     y = min(max(np.float64(accrow[c]) * m_row + zpf, lo), hi)
-                    out8[dst + c] = np.uint8(np.int32(np.rint(y)) & 0xFF)
+                    o8[c] = np.uint8(np.int32(np.rint(y)) & 0xFF)
             else:
                 zp32 = np.float32(yzp)
                 m32 = np.float32(m_row)
                 lo32 = np.float32(qmin) - zp32
                 hi32 = np.float32(qmax) - zp32
+                izp = np.int32(yzp)
                 for c in range(nc):
                     y32 = min(max(np.float32(accrow[c]) * m32, lo32), hi32)
-                    out8[dst + c] = np.uint8((np.int32(np.rint(y32)) + np.int32(yzp)) & 0xFF)
+                    o8[c] = np.uint8((np.int32(np.rint(y32)) + izp) & 0xFF)
+        elif mult_cs == 1:
+            mrow = mult[m_off:m_off + nc]
+            if mode == 1:
+                zpf = np.float64(yzp)
+                lo = np.float64(qmin)
+                hi = np.float64(qmax)
+                for c in range(nc):
+                    y = min(max(np.float64(accrow[c]) * mrow[c] + zpf, lo), hi)
+                    o8[c] = np.uint8(np.int32(np.rint(y)) & 0xFF)
+            else:
+                zp32 = np.float32(yzp)
+                lo32 = np.float32(qmin) - zp32
+                hi32 = np.float32(qmax) - zp32
+                izp = np.int32(yzp)
+                for c in range(nc):
+                    y32 = min(max(np.float32(accrow[c]) * np.float32(mrow[c]), lo32), hi32)
+                    o8[c] = np.uint8((np.int32(np.rint(y32)) + izp) & 0xFF)
         else:
             for c in range(nc):
                 q = _requant_one(accrow[c], mult[m_off + c * mult_cs], mode, yzp, qmin, qmax)
-                out8[dst + c] = np.uint8(q & 0xFF)
+                o8[c] = np.uint8(q & 0xFF)
 
     @njit(cache=True)
     def _epilogue(tile, ldt, i0, j0, mc, nc, rterm, cterm, u1, v1, u2, v2,
                   mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow):
         """C[i, j] = tile + rterm[i] + cterm[j] - u1[i] v1[j] - u2[i] v2[j]  (mod 2**32), then store or requantize."""
         contiguous = col_off[j0 + nc - 1] - col_off[j0] == nc - 1
+        ct = cterm[j0:j0 + nc]
+        w1 = v1[j0:j0 + nc]
+        w2 = v2[j0:j0 + nc]
         for r in range(mc):
             i = i0 + r
             rt = rterm[i]
             a1 = u1[i]
             a2 = u2[i]
-            trow = r * ldt
+            trow = tile[r * ldt:r * ldt + nc]
             # int32 wrap-around arithmetic (exact: see the module docstring). The common cases get their own
             # loops: a convolution has no column term and no second rank-1 term; zero points 0 need neither.
             if a2 == 0:
                 if a1 == 0:
                     for c in range(nc):
-                        accrow[c] = np.int32(tile[trow + c] + rt + cterm[j0 + c])
+                        accrow[c] = np.int32(trow[c] + rt + ct[c])
                 else:
                     for c in range(nc):
-                        accrow[c] = np.int32(tile[trow + c] + rt + cterm[j0 + c] - a1 * v1[j0 + c])
+                        accrow[c] = np.int32(trow[c] + rt + ct[c] - a1 * w1[c])
             else:
                 for c in range(nc):
-                    j = j0 + c
-                    accrow[c] = np.int32(tile[trow + c] + rt + cterm[j] - a1 * v1[j] - a2 * v2[j])
+                    accrow[c] = np.int32(trow[c] + rt + ct[c] - a1 * w1[c] - a2 * w2[c])
             m_off = i * mult_rs + j0 * mult_cs
             m_row = mult[i * mult_rs] if mode != 0 else 0.0
             if contiguous:
@@ -307,16 +331,24 @@ def tile_driver(path: str, bcast_unsigned: bool):
         for t in prange(n_mblocks * n_nblocks):
             ib = t % n_mblocks
             jb = t // n_mblocks
-            tile = np.empty(mr * nr, np.int32)
-            accrow = np.empty(nr, np.int32)
-            for jp in range(jb * nb, min(npn, (jb + 1) * nb)):
-                j0 = jp * nr
-                nc = min(nr, n_total - j0)
-                for ip in range(ib * mb, min(mp, (ib + 1) * mb)):
-                    i0 = ip * mr
-                    mk(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, tile, 0, nr)
-                    _epilogue(tile, nr, i0, j0, min(mr, m_total - i0), nc, rterm, cterm, u1, v1, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow)
+            i_lo = ib * mb
+            i_hi = min(mp, i_lo + mb)
+            j_lo = jb * nb
+            j_hi = min(npn, j_lo + nb)
+            # the task's whole block of sums, then one epilogue over long rows: per-tile epilogues cost
+            # more than the tile's own arithmetic when K is small (1x1 convolutions)
+            ldc = (j_hi - j_lo) * nr
+            cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+            accrow = np.empty(ldc, np.int32)
+            for jp in range(j_lo, j_hi):
+                for ip in range(i_lo, i_hi):
+                    mk(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            i0 = i_lo * mr
+            j0 = j_lo * nr
+            _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+                      rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+                      row_off, col_off, out32, out8, accrow)
 
     _drivers[key] = run_tiles
     return run_tiles
