@@ -55,6 +55,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 # peer (about 30 elements each), in well under a minute per test on one core.
 EXAMPLES = int(os.environ.get("QDQ_EXAMPLES", 500))
 X_ARRAYS_PER_CASE = 8
+LARGE_EXAMPLES = int(os.environ.get("QDQ_LARGE_EXAMPLES", 20))  # cases of 40000+ elements, 2 arrays each
 
 
 def _implementations():
@@ -345,7 +346,7 @@ def _combos(op: str, opset: int, peer: str) -> list[tuple[str, str, str, str]]:
 
 
 @st.composite
-def cases(draw, op: str, peer: str, opsets=OPSETS):
+def cases(draw, op: str, peer: str, opsets=OPSETS, large: bool = False):
     opsets = [o for o in opsets if peer == "reference" or o <= ORT_MAX_OPSET]
     if op == "DequantizeLinear" and peer == "reference":
         opsets = [o for o in opsets if o >= 19]  # the reference has no DequantizeLinear 10/13 (tested apart)
@@ -358,6 +359,9 @@ def cases(draw, op: str, peer: str, opsets=OPSETS):
     rank = draw(st.integers(1, 4))
     dims = st.integers(1, 6) if rank <= 2 else st.integers(1, 4)
     x_shape = tuple(draw(st.lists(dims, min_size=rank, max_size=rank)))
+    if large:  # past the kernels' single-thread threshold (32768 elements), stretched along one dimension
+        stretched = draw(st.integers(0, rank - 1))
+        x_shape = tuple(d * -(-40000 // int(np.prod(x_shape))) if i == stretched else d for i, d in enumerate(x_shape))
     axis = None
     block_size = 0
     if granularity == "tensor":
@@ -631,6 +635,16 @@ def _claim_quantize_deviations(check: Explained, case: Case, x, q, extra: dict) 
 @settings(max_examples=EXAMPLES)
 @given(case=cases("QuantizeLinear", "reference"))
 def test_quantize_linear_matches_reference(case):
+    _check_quantize_linear_matches_reference(case, X_ARRAYS_PER_CASE)
+
+
+@settings(max_examples=LARGE_EXAMPLES)
+@given(case=cases("QuantizeLinear", "reference", large=True))
+def test_large_quantize_linear_matches_reference(case):
+    _check_quantize_linear_matches_reference(case, 2)
+
+
+def _check_quantize_linear_matches_reference(case, arrays):
     rng = np.random.default_rng(case.seed)
     peer = case.peer("reference")
     spec_peer = without = composed = None
@@ -640,7 +654,7 @@ def test_quantize_linear_matches_reference(case):
         without, composed = case.peer("reference", with_zero_point=False), ComposedSpec(case)
     if case.quantized in SMALL_FLOATS[4:] and case.zero_point is not None:
         composed = ComposedSpec(case)
-    for _ in range(X_ARRAYS_PER_CASE):
+    for _ in range(arrays):
         x = make_quantize_x(rng, case)
         expected = peer.run(x)
         extra = {}
@@ -659,6 +673,16 @@ def test_quantize_linear_matches_reference(case):
 @settings(max_examples=EXAMPLES)
 @given(case=cases("QuantizeLinear", "onnxruntime"))
 def test_quantize_linear_matches_onnxruntime(case):
+    _check_quantize_linear_matches_onnxruntime(case, X_ARRAYS_PER_CASE)
+
+
+@settings(max_examples=LARGE_EXAMPLES)
+@given(case=cases("QuantizeLinear", "onnxruntime", large=True))
+def test_large_quantize_linear_matches_onnxruntime(case):
+    _check_quantize_linear_matches_onnxruntime(case, 2)
+
+
+def _check_quantize_linear_matches_onnxruntime(case, arrays):
     rng = np.random.default_rng(case.seed)
     peer = case.peer("onnxruntime")
     without = composed = None
@@ -670,7 +694,7 @@ def test_quantize_linear_matches_onnxruntime(case):
         # precision=FLOAT computes that, the reference at float16 computes the spec.
         reference_f32 = case.peer("reference", opset=23, precision="float")
         reference_f16 = case.peer("reference", opset=23, precision="float16")
-    for _ in range(X_ARRAYS_PER_CASE):
+    for _ in range(arrays):
         x = make_quantize_x(rng, case)
         expected = peer.run(x)
         extra = {}
@@ -707,6 +731,16 @@ def _assert_formula(case, x, outputs, formula):
 @settings(max_examples=EXAMPLES)
 @given(case=cases("DequantizeLinear", "reference"))
 def test_dequantize_linear_matches_reference(case):
+    _check_dequantize_linear_matches_reference(case, X_ARRAYS_PER_CASE)
+
+
+@settings(max_examples=LARGE_EXAMPLES)
+@given(case=cases("DequantizeLinear", "reference", large=True))
+def test_large_dequantize_linear_matches_reference(case):
+    _check_dequantize_linear_matches_reference(case, 2)
+
+
+def _check_dequantize_linear_matches_reference(case, arrays):
     rng = np.random.default_rng(case.seed)
     peer = case.peer("reference")
     odd_zero_point = _nonzero_small_float_zero_point(case)
@@ -715,7 +749,7 @@ def test_dequantize_linear_matches_reference(case):
     # Its check is zero_point.astype(uint8) == 0: a conversion of the values (truncation, wrapping), so
     # zero points in (-1, 1) pass and are then ignored like float4 ones.
     refuses = odd_zero_point and bool(np.any(case.zero_point.astype(np.float32).astype(np.int64) % 256))
-    for _ in range(X_ARRAYS_PER_CASE):
+    for _ in range(arrays):
         x = make_dequantize_x(rng, case)
         outputs = case.run_all(x)
         if odd_zero_point and case.quantized in FLOAT8 and refuses:
@@ -743,11 +777,21 @@ def test_dequantize_linear_matches_reference(case):
 @settings(max_examples=EXAMPLES)
 @given(case=cases("DequantizeLinear", "onnxruntime"))
 def test_dequantize_linear_matches_onnxruntime(case):
+    _check_dequantize_linear_matches_onnxruntime(case, X_ARRAYS_PER_CASE)
+
+
+@settings(max_examples=LARGE_EXAMPLES)
+@given(case=cases("DequantizeLinear", "onnxruntime", large=True))
+def test_large_dequantize_linear_matches_onnxruntime(case):
+    _check_dequantize_linear_matches_onnxruntime(case, 2)
+
+
+def _check_dequantize_linear_matches_onnxruntime(case, arrays):
     rng = np.random.default_rng(case.seed)
     peer = case.peer("onnxruntime")
     odd_zero_point = _nonzero_small_float_zero_point(case)
     composed = ComposedSpec(case) if odd_zero_point else None
-    for _ in range(X_ARRAYS_PER_CASE):
+    for _ in range(arrays):
         x = make_dequantize_x(rng, case)
         outputs = case.run_all(x)
         if odd_zero_point:
