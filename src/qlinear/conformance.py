@@ -126,6 +126,15 @@ def run_tensorflow() -> dict[str, dict]:
 
     from .tf import dequantize, quantize_v2
 
+    # If TensorFlow was imported earlier in this process with oneDNN on, its _Mkl kernels answer; they
+    # give SCALED quint8 Dequantize of 255 over [842297.8, 1451076.9] as about 2.1e8 instead of the max.
+    probe = tf.raw_ops.Dequantize(input=tf.constant(np.array([255], np.uint8), dtype=tf.quint8),
+                                  min_range=np.float32(842297.8), max_range=np.float32(1451076.9),
+                                  mode="SCALED", narrow_range=True).numpy()
+    if abs(float(probe[0]) - 1451076.9) >= 1.0:
+        raise UserError("TensorFlow runs its oneDNN kernels here, not the plain CPU kernels qlinear.tf matches; "
+                        "run with TF_ENABLE_ONEDNN_OPTS=0 in the environment")
+
     results = {op: {"cases": 0, "passed": 0, "failed": []} for op in ("QuantizeV2", "Dequantize")}
     combos = [(mode, round_mode, narrow, T)
               for mode in ("MIN_COMBINED", "MIN_FIRST", "SCALED")

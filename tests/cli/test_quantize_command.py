@@ -208,3 +208,30 @@ def test_plot_writes_a_png_per_tensor(tmp_path, capsys):
     pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert pngs == ["a.png", "b.png"]
     assert (tmp_path / "plots" / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dequantize_to_npy_and_onnx_include(tmp_path, capsys):
+    x = np.linspace(-3, 5, 120, dtype=np.float32).reshape(10, 12)
+    np.save(tmp_path / "x.npy", x)
+    assert _in_process(capsys, "quantize", tmp_path / "x.npy", "--dtype", "uint8", "-o", tmp_path / "q.npz")[0] == 0
+    code, out, err = _in_process(capsys, "dequantize", tmp_path / "q.npz", "-o", tmp_path / "x2.npy")
+    assert code == 0, err
+    restored = np.load(tmp_path / "x2.npy")
+    assert restored.dtype == np.float32 and restored.shape == x.shape
+    assert np.max(np.abs(restored - x)) <= (8 / 255) / 2 * (1 + 1e-6)
+
+
+def test_onnx_include_selects_any_initializer(tmp_path, capsys):
+    from ._helpers import EXAMPLE
+
+    code, out, err = _in_process(capsys, "quantize", EXAMPLE, "--dtype", "int8", "--include", "*.bias",
+                                 "--min-elements", "0", "-o", tmp_path / "b.onnx", "--json", "--no-eval")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["tensors"]}
+    assert all(rows[f"fc{i}.bias"]["quantized"] for i in (1, 2, 3))
+    assert not any(rows[f"fc{i}.weight"]["quantized"] for i in (1, 2, 3))
+    import onnx
+
+    model = onnx.load(str(tmp_path / "b.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert sorted(n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear") == ["fc1.bias", "fc2.bias", "fc3.bias"]
