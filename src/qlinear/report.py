@@ -115,15 +115,24 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
     probe = Console(file=file)
     console = Console(file=file, width=probe.width if probe.is_terminal else 160)
     table = Table(title=f"{report['input']} -> {report['output']}", title_justify="left")
-    for column, justify in (("tensor", "left"), ("shape", "left"), ("type", "left"), ("granularity", "left"),
-                            ("bytes", "right"), ("SQNR dB", "right"), ("max |err|", "right"), ("note", "left")):
+    quantizing = report["command"] == "quantize"
+    columns = (("tensor", "left"), ("shape", "left"), ("type", "left"), ("granularity", "left"), ("bytes", "right"),
+               ("SQNR dB", "right"), ("max |err|", "right"), ("note", "left"))
+    if not quantizing:  # dequantize: no granularity or error figures to show
+        columns = tuple(c for c in columns if c[0] not in ("granularity", "SQNR dB", "max |err|"))
+    for column, justify in columns:
         table.add_column(column, justify=justify, overflow="fold", no_wrap=column != "note")
     for row in report["tensors"]:
         kept = not row["quantized"] and row["note"] != "dequantized"
         types = f"{row['from']} (kept)" if kept else f"{row['from']} -> {row['to']}"
         sizes = _bytes(row["bytes_before"]) if kept else f"{_bytes(row['bytes_before'])} -> {_bytes(row['bytes_after'])}"
-        table.add_row(row["name"], "x".join(map(str, row["shape"])) or "scalar", types, row["granularity"] or "",
-                      sizes, _db(row["sqnr_db"]), _err(row["max_abs_error"]), "" if row["note"] == "dequantized" else row["note"])
+        note = "" if row["note"] == "dequantized" else row["note"]
+        shape = "x".join(map(str, row["shape"])) or "scalar"
+        if quantizing:
+            table.add_row(row["name"], shape, types, row["granularity"] or "", sizes, _db(row["sqnr_db"]),
+                          _err(row["max_abs_error"]), note)
+        else:
+            table.add_row(row["name"], shape, types, sizes, note)
     console.print(table)
     totals = report["totals"]
     line = f"total: {_bytes(totals['bytes_before'])} -> {_bytes(totals['bytes_after'])}"
