@@ -230,68 +230,85 @@ if ig.HAVE_NUMBA:
         """Direct depthwise convolution: each output channel reads one input channel; int32 accumulation of
         (x - x_zp) * (w - w_zp) over the taps.
 
-        Stride 1 along H and W: the output plane is computed over the padded width (a "virtual" row of wpd
-        values per output row, the last wpd - ow_n of them discarded), so each tap is one long contiguous
-        vector loop over the whole plane instead of many short rows."""
+        Equal strides 1 or 2 along H and W: the output plane is computed over the padded width (a "virtual"
+        row of wpd sums per output row, those past ow_n discarded), so each tap is one long vector loop over
+        the whole plane instead of many short rows. Channels are processed in chunks per parallel task so
+        that the scratch row is allocated once per chunk."""
         m_total = wc.shape[0]
         plane = dp * hp * wpd
         per_img = od_n * oh_n * ow_n
-        virtual = sh == 1 and sw == 1
+        virtual = sh == sw and (sw == 1 or sw == 2)
         vlen = (oh_n - 1) * wpd + ow_n
         # trip counts rounded up to 32 lanes so that LLVM's vector loop does all the work (reads past the
         # plane land in the next plane or in xp's slack; the extra sums are never stored)
         vlen_r = (vlen + 31) // 32 * 32
         ow_r = (ow_n + 31) // 32 * 32
-        for task in prange(n_img * m_total):
-            n = task // m_total
-            o = task - n * m_total
-            c = o // chan_mult
-            xbase = (n * c_in + c) * plane
-            obase = (n * m_total + o) * per_img
-            b = np.int32(bias[o])
-            m = mult[o * mult_rs]
-            if virtual:
-                acc = np.empty(vlen_r, np.int32)
+        n_tasks = n_img * m_total
+        n_chunks = min(n_tasks, 64)
+        for chunk in prange(n_chunks):
+            acc = np.empty(max(vlen_r, ow_r), np.int32)
+            q8 = np.empty(vlen_r, np.uint8)
+            for task in range(chunk * n_tasks // n_chunks, (chunk + 1) * n_tasks // n_chunks):
+                n = task // m_total
+                o = task - n * m_total
+                c = o // chan_mult
+                xbase = (n * c_in + c) * plane
+                obase = (n * m_total + o) * per_img
+                b = np.int32(bias[o])
+                m = mult[o * mult_rs]
+                if virtual:
+                    for od in range(od_n):
+                        for t in range(vlen_r):
+                            acc[t] = b
+                        tap = 0
+                        for kd in range(kd_n):
+                            for kh in range(kh_n):
+                                for kw in range(kw_n):
+                                    wv = wc[o, tap]
+                                    tap += 1
+                                    src = xbase + (od * sd + kd * dd) * hp * wpd + kh * dh * wpd + kw * dw
+                                    if sw == 1:
+                                        xs = xp[src:src + vlen_r]
+                                        for t in range(vlen_r):
+                                            acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
+                                    else:
+                                        xs = xp[src:src + 2 * vlen_r]
+                                        for t in range(vlen_r):
+                                            acc[t] += np.int32((np.int32(xs[2 * t]) - za) * wv)
+                        # requantize the whole virtual plane in one vector pass, then copy the rows out
+                        # (rows of 7 or 14 would run the requantization in a scalar remainder loop)
+                        if mode == 0:
+                            for oh in range(oh_n):
+                                dst = obase + (od * oh_n + oh) * ow_n
+                                o32 = out32[dst:dst + ow_n]
+                                a32 = acc[oh * wpd:oh * wpd + ow_n]
+                                for t in range(ow_n):
+                                    o32[t] = a32[t]
+                        else:
+                            ig._store_row(acc, vlen_r, 0, m, mult, 0, 0, mode, yzp, qmin, qmax, acc, q8)
+                            for oh in range(oh_n):
+                                dst = obase + (od * oh_n + oh) * ow_n
+                                o8 = out8[dst:dst + ow_n]
+                                r8 = q8[oh * wpd:oh * wpd + ow_n]
+                                for t in range(ow_n):
+                                    o8[t] = r8[t]
+                    continue
                 for od in range(od_n):
-                    for t in range(vlen_r):
-                        acc[t] = b
-                    tap = 0
-                    for kd in range(kd_n):
-                        for kh in range(kh_n):
-                            for kw in range(kw_n):
-                                wv = wc[o, tap]
-                                tap += 1
-                                src = xbase + (od * sd + kd * dd) * hp * wpd + kh * dh * wpd + kw * dw
-                                xs = xp[src:src + vlen_r]
-                                for t in range(vlen_r):
-                                    acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
                     for oh in range(oh_n):
-                        dst = obase + (od * oh_n + oh) * ow_n
-                        ig._store_row(acc[oh * wpd:oh * wpd + ow_n], ow_n, dst, m, mult, 0, 0, mode, yzp,
-                                      qmin, qmax, out32, out8)
-                continue
-            acc = np.empty(ow_r, np.int32)
-            for od in range(od_n):
-                for oh in range(oh_n):
-                    for t in range(ow_r):
-                        acc[t] = b
-                    tap = 0
-                    for kd in range(kd_n):
-                        for kh in range(kh_n):
-                            row = xbase + (od * sd + kd * dd) * hp * wpd + (oh * sh + kh * dh) * wpd
-                            for kw in range(kw_n):
-                                wv = wc[o, tap]
-                                tap += 1
-                                src = row + kw * dw
-                                if sw == 2:
-                                    xs = xp[src:src + 2 * ow_r]
-                                    for t in range(ow_r):
-                                        acc[t] += np.int32((np.int32(xs[2 * t]) - za) * wv)
-                                else:
+                        for t in range(ow_n):
+                            acc[t] = b
+                        tap = 0
+                        for kd in range(kd_n):
+                            for kh in range(kh_n):
+                                row = xbase + (od * sd + kd * dd) * hp * wpd + (oh * sh + kh * dh) * wpd
+                                for kw in range(kw_n):
+                                    wv = wc[o, tap]
+                                    tap += 1
+                                    src = row + kw * dw
                                     for t in range(ow_n):
                                         acc[t] += np.int32((np.int32(xp[src + t * sw]) - za) * wv)
-                    dst = obase + (od * oh_n + oh) * ow_n
-                    ig._store_row(acc, ow_n, dst, m, mult, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+                        dst = obase + (od * oh_n + oh) * ow_n
+                        ig._store_row(acc, ow_n, dst, m, mult, 0, 0, mode, yzp, qmin, qmax, out32, out8)
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -469,6 +486,6 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     return out
 
 
-_SLACK = 128  # >= 2 * 32 lanes read past a row at stride 2, + 32 (kw offset)
+_SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
 _EMPTY32 = np.empty(1, np.int32)
 _EMPTY8 = np.empty(1, np.uint8)
