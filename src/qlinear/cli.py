@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dequantize(commands)
     _add_conformance(commands)
     _add_run(commands)
-    # --- `qlinear bench` (kernels work) registers here: _add_bench(commands) -------------------------
+    _add_bench(commands)
     return parser
 
 
@@ -226,6 +226,43 @@ def _run_model(args) -> int:
     except ImportError as error:  # onnx is an optional dependency
         raise UserError(str(error)) from None
     return run_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# qlinear bench
+
+BENCH_EPILOG = """\
+examples:
+  qlinear bench                                  # every case, 64K/1M/16M/64M elements, every installed peer
+  qlinear bench --sizes 16M --case float8 --json bench.json
+  qlinear bench --sizes 64K 1M --skip onnx tensorflow --no-jit
+
+Times are the best of --repeat runs; "x" columns are a peer's time over qlinear's (above 1: qlinear is
+faster); "bw" is the bandwidth probe's time over qlinear's (1.0: at the memory-bandwidth bound).
+"""
+
+
+def _add_bench(commands) -> None:
+    p = commands.add_parser(
+        "bench", help="time QuantizeLinear/DequantizeLinear against onnxruntime, onnx, TensorFlow and NumPy",
+        description="Time qlinear's element-wise kernels side by side with every installed peer and a "
+        "memory-bandwidth probe; print a table and optionally write JSON.",
+        epilog=BENCH_EPILOG, formatter_class=_FORMATTER,
+    )
+    p.add_argument("--sizes", nargs="+", default=["64K", "1M", "16M", "64M"], choices=["64K", "1M", "16M", "64M"],
+                   help="element counts (default: all four)")
+    p.add_argument("--case", nargs="+", metavar="TEXT", help="only cases whose name contains TEXT (e.g. float8, DQ)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per measurement; the best counts (default 5)")
+    p.add_argument("--skip", nargs="+", choices=["onnxruntime", "onnx", "tensorflow", "numpy"], help="peers to leave out")
+    p.add_argument("--no-jit", action="store_true", help="skip the cold/warm JIT measurement in fresh processes")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.set_defaults(run=_run_bench)
+
+
+def _run_bench(args) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args)
 
 
 # ----------------------------------------------------------------------------------------------------

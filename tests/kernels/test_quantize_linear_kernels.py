@@ -283,13 +283,13 @@ def test_concurrent_calls_under_the_workqueue_layer():
         with ThreadPoolExecutor(4) as pool:
             outs = list(pool.map(lambda _: qlinear.quantize_linear(x, np.float32(0.7), np.uint8(128)), range(16)))
         assert all(np.array_equal(o, ref) for o in outs)
-        print(numba.threading_layer())
+        print("ok", numba.config.THREADING_LAYER)
         """
     )
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "workqueue"
+    assert done.stdout.strip() == "ok workqueue"
 
 
 def test_numba_num_threads_environment_is_honoured():

@@ -7,7 +7,7 @@ than the whole import budget. Every function is compiled lazily and cached on di
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from numba.core import types as nbtypes
 from numba.extending import overload
 
@@ -146,13 +146,6 @@ def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
     _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop)
 
 
-@njit(parallel=True, **_JIT)
-def _q_int_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, chunks):
-    n = np.int64(x.size)
-    for c in prange(chunks):
-        _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask,
-                    c * n // chunks, (c + 1) * n // chunks)
-
 # -- quantize, float8/6/4 output
 @njit(**_JIT)
 def _q_float_one(xv, sv, zv, tag, add_zp, fmt):
@@ -201,15 +194,6 @@ def _q_float_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC
                   fmt, start, stop)
 
 
-@njit(parallel=True, **_JIT)
-def _q_float_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                      fmt, chunks):
-    n = np.int64(x.size)
-    for c in prange(chunks):
-        _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                      fmt,
-                      c * n // chunks, (c + 1) * n // chunks)
-
 # -- dequantize
 @njit(**_JIT)
 def _dq_product(dx, sv):
@@ -250,11 +234,3 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
 @njit(**_JIT)
 def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
     _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop)
-
-
-@njit(parallel=True, **_JIT)
-def _dq_parallel(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, chunks):
-    n = np.int64(x.size)
-    for c in prange(chunks):
-        _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table,
-                 c * n // chunks, (c + 1) * n // chunks)

@@ -3,13 +3,14 @@
 Each element function is the per-element part of the matching NumPy reference function in
 `qlinear.reference.tf_quantize` (named in its docstring), with the same float32 operations in the same
 order; the per-slice constants arrive precomputed. ``_ftz`` reproduces the FTZ/DAZ flags TensorFlow's
-threads run with. Imported on the first kernel call; compiled lazily, cached on disk.
+threads run with. Imported on the first kernel call; compiled lazily, cached on disk. Threads:
+`qlinear.kernels.threads.run_chunked` over independent items (elements or rows).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -51,13 +52,14 @@ def _np_maximum(a, b):
 
 @njit(**_JIT)
 def _to_int_bits(r, nan_value):
-    """_float_to_int_bits: non-finite -> nan_value, else the integer (int64, narrowed by the store)."""
-    if not np.isfinite(r):
-        return nan_value
-    return np.int64(r)
+    """_float_to_int_bits: non-finite -> nan_value, else the integer (int64, narrowed by the store).
+    Written as selects (no early return) so that the loop vectorises."""
+    finite = abs(r) <= np.float32(3e38)
+    safe = r if finite else _ZERO
+    return np.int64(safe) if finite else nan_value
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)  # inlined in numba's IR, so each loop sees a constant mode
 def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
     """One element. SCALED: a=scale, b=out_min, c=out_max. MIN_COMBINED: a=scale, b=min, c=max.
     MIN_FIRST: a=range_scale, b=offset."""
@@ -78,12 +80,12 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
     # MIN_FIRST
     v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
     v = _np_minimum(_np_maximum(v, lower), upper)
-    if v != v:
-        return np.int64(-(2**31))  # cvttps2dq's "integer indefinite"
-    return np.int64(np.int32(np.int64(v)))
+    nan = v != v
+    as_int = np.int64(np.int32(np.int64(_ZERO if nan else v)))
+    return np.int64(-(2**31)) if nan else as_int  # NaN: cvttps2dq's "integer indefinite"
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _dequantize_one(q, mode, a, b, half):
     """One element. MIN_COMBINED: a=scale, b=min. MIN_FIRST: a=range_scale, b=offset. SCALED: a=scale."""
     qf = np.float32(q)
@@ -162,57 +164,23 @@ def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop)
             os[k] = _dequantize_one(qs[k], mode, a[k], b[k], half)
 
 
-@njit(parallel=True, **_JIT)
-def quantize_parallel(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, rows, chunks):
-    if slices == 1:  # per-tensor: split the flat array, whatever the row structure
-        n = x.size
-        for t in prange(chunks):
-            lo = t * n // chunks
-            hi = (t + 1) * n // chunks
-            _quantize_rows(x[lo:hi], out[lo:hi], a, b, c, hi - lo, mode, half_range, lower, upper, nan_value, 0, 1, 1)
-        return
-    if post == 1:
-        rows = rows // slices  # rows of the whole slice axis
-    for t in prange(chunks):
-        lo = t * rows // chunks
-        hi = (t + 1) * rows // chunks
-        if post == 1:
-            _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, lo, hi)
-        else:
-            _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, lo, hi, slices)
-
-
 @njit(**_JIT)
-def quantize_serial(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, rows, chunks):
-    if post == 1:
-        _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, 0, rows // slices)
-    else:
-        _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, 0, rows, slices)
-
-
-@njit(parallel=True, **_JIT)
-def dequantize_parallel(q, out, a, b, post, slices, mode, half, rows, chunks):
+def quantize_serial(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, start, stop):
+    """Items [start, stop): elements (per-tensor), rows of the slice axis (axis last), else rows."""
     if slices == 1:
-        n = q.size
-        for t in prange(chunks):
-            lo = t * n // chunks
-            hi = (t + 1) * n // chunks
-            _dequantize_rows(q[lo:hi], out[lo:hi], a, b, hi - lo, mode, half, 0, 1, 1)
-        return
-    if post == 1:
-        rows = rows // slices
-    for t in prange(chunks):
-        lo = t * rows // chunks
-        hi = (t + 1) * rows // chunks
-        if post == 1:
-            _dequantize_last_axis(q, out, a, b, slices, mode, half, lo, hi)
-        else:
-            _dequantize_rows(q, out, a, b, post, mode, half, lo, hi, slices)
+        _quantize_rows(x[start:stop], out[start:stop], a, b, c, stop - start, mode, half_range, lower, upper, nan_value,
+                       0, 1, 1)
+    elif post == 1:
+        _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, start, stop)
+    else:
+        _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, start, stop, slices)
 
 
 @njit(**_JIT)
-def dequantize_serial(q, out, a, b, post, slices, mode, half, rows, chunks):
-    if post == 1:
-        _dequantize_last_axis(q, out, a, b, slices, mode, half, 0, rows // slices)
+def dequantize_serial(q, out, a, b, post, slices, mode, half, start, stop):
+    if slices == 1:
+        _dequantize_rows(q[start:stop], out[start:stop], a, b, stop - start, mode, half, 0, 1, 1)
+    elif post == 1:
+        _dequantize_last_axis(q, out, a, b, slices, mode, half, start, stop)
     else:
-        _dequantize_rows(q, out, a, b, post, mode, half, 0, rows, slices)
+        _dequantize_rows(q, out, a, b, post, mode, half, start, stop, slices)

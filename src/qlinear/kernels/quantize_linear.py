@@ -26,8 +26,8 @@ How the arithmetic stays the reference's
 
 Layout: x (C-contiguous) is walked as rows of contiguous elements; each row takes its scale either
 per segment (per-tensor, per-axis with the axis not last, blocked along the last axis) or per element
-(per-axis along the last axis, blocked along any other axis). The element range is split evenly
-between threads; calls below `threads.SERIAL_BELOW` elements run the serial kernel.
+(per-axis along the last axis, blocked along any other axis). Any element range can be processed on
+its own, so `threads.run_chunked` splits [0, n) between threads (the serial kernels release the GIL).
 """
 
 from __future__ import annotations
@@ -147,12 +147,8 @@ def _byte_view(t: ElementType) -> np.dtype | None:
 
 
 def _run(kernel: str, n: int, *args):
-    """Run ``<kernel>_serial`` on small inputs or with one thread, else ``<kernel>_parallel``."""
-    compiled = _numba()
-    if n < threads.SERIAL_BELOW or threads.get_num_threads() == 1:
-        getattr(compiled, kernel + "_serial")(*args, np.int64(0), np.int64(n))
-    else:
-        threads.call_parallel(getattr(compiled, kernel + "_parallel"), *args, np.int64(threads.get_num_threads()))
+    """Run the serial nogil kernel ``<kernel>_serial`` over [0, n), in chunks on several threads."""
+    threads.run_chunked(getattr(_numba(), kernel + "_serial"), n, *args)
 
 
 # ----------------------------------------------------------------------------------------------- public

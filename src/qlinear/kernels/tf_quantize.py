@@ -34,12 +34,17 @@ def _numba():
     return _compiled
 
 
-def _launch(name: str, n: int, *args):
-    compiled = _numba()
-    if n < threads.SERIAL_BELOW or threads.get_num_threads() == 1:
-        getattr(compiled, name + "_serial")(*args, np.int64(1))
+def _launch(name: str, shape: tuple[int, int, int], *args):
+    """Run ``<name>_serial`` over its items: elements (per-tensor), rows of the slice axis (per-axis, axis
+    last) or rows of ``post`` elements (per-axis), in chunks on several threads."""
+    pre, slices, post = shape
+    if slices == 1:
+        items, size = pre * slices * post, 1
+    elif post == 1:
+        items, size = pre, slices
     else:
-        threads.call_parallel(getattr(compiled, name + "_parallel"), *args, np.int64(threads.get_num_threads()))
+        items, size = pre * slices, post
+    threads.run_chunked(getattr(_numba(), name + "_serial"), items, *args, item_size=size)
 
 
 def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
@@ -89,8 +94,8 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
     x = np.ascontiguousarray(x3, F32).reshape(-1)
     out = np.empty(x3.shape, dtype)
     if x.size:
-        _launch("quantize", x.size, x, out.reshape(-1), a, b, c, np.int64(post), np.int64(slices), np.int64(code),
-                F32(half_range), F32(lower), F32(upper), nan_value, np.int64(pre * slices))
+        _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, np.int64(post), np.int64(slices), np.int64(code),
+                F32(half_range), F32(lower), F32(upper), nan_value)
     return out, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
 
 
@@ -130,6 +135,6 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
     q = np.ascontiguousarray(q3).reshape(-1)
     out = np.empty(q3.shape, F32)
     if q.size:
-        _launch("dequantize", q.size, q, out.reshape(-1), a, b, np.int64(post), np.int64(slices), np.int64(code),
-                F32(half), np.int64(pre * slices))
+        _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, np.int64(post), np.int64(slices), np.int64(code),
+                F32(half))
     return out

@@ -6,21 +6,31 @@
 - `call_parallel(fn, *args)`: runs a ``parallel=True`` numba function with that many threads. numba's
   "workqueue" threading layer aborts the process when two Python threads enter parallel code at once
   (dask does this), so under that layer calls are serialised by a lock; omp and tbb run concurrently.
-- `SERIAL_BELOW`: element-wise calls smaller than this run the serial kernel (a parallel launch costs
-  tens of microseconds, more than the whole call).
+- `run_chunked(fn, n, *args)`: the element-wise kernels' threading. ``fn(*args, start, stop)`` is a serial
+  ``nogil`` numba kernel; the calling thread and up to ``get_num_threads() - 1`` helper threads claim
+  chunks of ``[0, n)`` from a shared counter. The caller never waits for a helper that has not started
+  (its task is cancelled), so on a machine whose cores are busy a call degrades to the single-thread
+  time instead of waiting a scheduler tick for a barrier, as a numba ``prange`` does; and no numba
+  threading layer is involved, so concurrent calls are safe under any layer.
+- `SERIAL_BELOW`: calls smaller than this run on the calling thread only (waking a helper costs tens of
+  microseconds, more than the whole call).
 
 Nothing here imports numba until a kernel runs, so `import qlinear` stays cheap.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 
-SERIAL_BELOW = 32768
+SERIAL_BELOW = 1 << 17
+_CHUNK_MIN = 1 << 18  # elements per chunk at least: a kernel call from Python costs ~10 us
 
 _num_threads: int | None = None  # None: numba's default (all cores or NUMBA_NUM_THREADS)
 _lock = threading.Lock()
 _layer_is_safe: bool | None = None  # unknown until the first parallel call returns
+_pool = None
+_pool_lock = threading.Lock()
 
 
 def _max_threads() -> int:
@@ -65,3 +75,45 @@ def call_parallel(fn, *args):
             except ValueError:  # pragma: no cover - no parallel region ran yet
                 pass
         return result
+
+
+def _helpers():
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _pool = ThreadPoolExecutor(max_workers=max(_max_threads() - 1, 1), thread_name_prefix="qlinear")
+    return _pool
+
+
+def run_chunked(fn, n: int, *args, item_size: int = 1) -> None:
+    """Run ``fn(*args, start, stop)`` over ``[0, n)`` on `get_num_threads()` threads, the caller included.
+
+    ``item_size`` is the number of elements one unit of ``[0, n)`` stands for (a row, say)."""
+    import numpy as np
+
+    workers = get_num_threads()
+    elements = n * item_size
+    if workers == 1 or elements < SERIAL_BELOW or n < 2:
+        fn(*args, np.int64(0), np.int64(n))
+        return
+    chunks = int(min(n, max(workers, min(4 * workers, elements // _CHUNK_MIN))))
+    claim = itertools.count()  # next() on a count is atomic under the GIL
+
+    def work():
+        while True:
+            c = next(claim)
+            if c >= chunks:
+                return
+            fn(*args, np.int64(c * n // chunks), np.int64((c + 1) * n // chunks))
+
+    pool = _helpers()
+    tasks = [pool.submit(work) for _ in range(workers - 1)]
+    try:
+        work()
+    finally:
+        for task in tasks:
+            if not task.cancel():  # started: it may hold a chunk; wait for it
+                task.result()

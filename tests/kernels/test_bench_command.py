@@ -1,0 +1,28 @@
+"""`qlinear bench` runs end to end on a tiny selection and writes its JSON (no timing assertions)."""
+
+import json
+
+from qlinear.cli import main
+
+
+def test_bench_writes_a_row_per_case_and_size(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    status = main(["bench", "--sizes", "64K", "--case", "Q f32->uint8", "DQ int4", "--skip", "onnx", "tensorflow",
+                   "--no-jit", "--repeat", "1", "--json", str(out)])
+    assert status == 0
+    results = json.loads(out.read_text())
+    assert [(r["case"], r["size"]) for r in results["rows"]] == [("Q f32->uint8 tensor", "64K"), ("DQ int4->f32 block32", "64K")]
+    for row in results["rows"]:
+        assert row["qlinear_s"] > 0 and row["probe_s"] > 0 and row["moved_bytes"] > 0
+        assert "numpy_s" in row
+    # onnxruntime cannot feed int4 arrays: n/a, not an error
+    assert results["rows"][1]["ort1_s"] is None
+    assert "Q f32->uint8 tensor" in capsys.readouterr().out
+
+
+def test_bench_rejects_an_unknown_size(capsys):
+    try:
+        main(["bench", "--sizes", "3M"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    assert "invalid choice: '3M'" in capsys.readouterr().err
