@@ -1051,3 +1051,20 @@ def test_large_arrays_match_onnxruntime(y_type):
     expected = dq.peer("onnxruntime").run(q)
     for implementation, actual in dq.run_all(q):
         Explained(dq, "onnxruntime", q, actual, expected, implementation).done()
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+def test_opset_10_one_element_scale_peers_accept_qlinear_refuses(op):
+    """Version 10 says the scale is a scalar: qlinear holds to that (tests/ops/test_quantize_linear_errors.py),
+    while both peers take a shape-(1,) scale as per-tensor."""
+    x_type = "float" if op == "QuantizeLinear" else "uint8"
+    case = _case(op, opset=10, x_type=x_type, scale=np.array([0.5], np.float32), zero_point=np.array([3], np.uint8),
+                 x_shape=(3,))
+    x = np.array([1, 2, 3]).astype(DT[x_type])
+    per_tensor = _case(op, opset=10, x_type=x_type, scale=np.float32(0.5), zero_point=np.uint8(3), x_shape=(3,))
+    expected = per_tensor.run_qlinear(x)
+    np.testing.assert_array_equal(case.peer("onnxruntime").run(x), expected)
+    if op == "QuantizeLinear":  # (the reference has no DequantizeLinear-10)
+        np.testing.assert_array_equal(case.peer("reference").run(x), expected)
+    with pytest.raises(ValueError, match=r"-10 needs a scalar (y|x)_scale, got shape \(1,\)"):
+        case.run_qlinear(x)
