@@ -161,6 +161,13 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
                 f"({100 * (accuracy['quantized'] - accuracy['float']):+.2f} points); predictions agree on "
                 f"{100 * accuracy['agreement']:.2f}%, max |output difference| {accuracy['max_output_difference']:.3g}"
             )
+            fused = accuracy.get("quantized_default_optimizations")
+            if fused is not None and abs(fused - accuracy["quantized"]) >= 0.01:
+                console.print(
+                    f"warning: onnxruntime with its default graph optimizations (DequantizeLinear+MatMul fused into "
+                    f"MatMulNBits) gets {100 * fused:.2f}% on this model, max |output difference| "
+                    f"{accuracy['default_optimizations_max_difference']:.3g} from the ONNX semantics measured above "
+                    f"(basic optimizations)")
 
 
 @contextmanager
