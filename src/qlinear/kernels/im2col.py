@@ -119,6 +119,63 @@ if ig.HAVE_NUMBA:
                 out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(16)))
 
     @njit(cache=True, parallel=True)
+    def _pack_columns_virtual(xp, koff, k, g, nr, n_img, img_stride, chan_off, pan_per_img, need_sum):
+        """im2col for stride-1 convolutions, over "virtual" columns: column l of an image is the output position
+        whose window starts at input offset l of the padded plane (l = od*Hp*Wp + oh*Wp + ow, ow < Wp), so
+        every K row of a panel is one contiguous run of the input and a panel is packed with one vector run
+        per K step. Columns with ow >= OW (or oh >= OH) are computed and never stored."""
+        ks = (k + g - 1) // g
+        npan = n_img * pan_per_img
+        packed = np.empty(npan * ks * nr, np.int32)
+        colsum = np.zeros(npan * nr, np.int32)
+        kfull = k // g
+        xsize = xp.size
+        for pan in prange(npan):
+            n = pan // pan_per_img
+            src = n * img_stride + chan_off + (pan - n * pan_per_img) * nr
+            base = pan * ks * nr
+            for s in range(ks):
+                dst0 = base + s * nr
+                if s < kfull:
+                    # the reads of the last panel of the last image may run past xp: shorten that run (the
+                    # columns it drops are past the last output position, never stored)
+                    trip = min(nr, xsize - src - koff[s * g + g - 1])
+                    if g == 4:
+                        _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                  src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
+                        if need_sum:
+                            cs = colsum[pan * nr:pan * nr + trip]
+                            x0 = xp[src + koff[4 * s]:src + koff[4 * s] + trip]
+                            x1 = xp[src + koff[4 * s + 1]:src + koff[4 * s + 1] + trip]
+                            x2 = xp[src + koff[4 * s + 2]:src + koff[4 * s + 2] + trip]
+                            x3 = xp[src + koff[4 * s + 3]:src + koff[4 * s + 3] + trip]
+                            for t in range(trip):
+                                cs[t] += np.int32(x0[t]) + np.int32(x1[t]) + np.int32(x2[t]) + np.int32(x3[t])
+                    else:
+                        _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
+                        if need_sum:
+                            cs = colsum[pan * nr:pan * nr + trip]
+                            x0 = xp[src + koff[2 * s]:src + koff[2 * s] + trip]
+                            x1 = xp[src + koff[2 * s + 1]:src + koff[2 * s + 1] + trip]
+                            for t in range(trip):
+                                cs[t] += np.int32(x0[t]) + np.int32(x1[t])
+                else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+                    shift = 32 // g
+                    for t in range(nr):
+                        v = np.uint32(0)
+                        tot = np.int32(0)
+                        for j in range(k - s * g):
+                            o = src + koff[s * g + j] + t
+                            if o < xsize:
+                                b = xp[o]
+                                v |= np.uint32(b) << np.uint32(shift * j)
+                                tot += np.int32(b)
+                        packed[dst0 + t] = np.int32(v)
+                        if need_sum:
+                            colsum[pan * nr + t] += tot
+        return packed, colsum
+
+    @njit(cache=True, parallel=True)
     def _pack_columns(xp, koff, k, g, nr, n_img, img_stride, chan_off, od_n, oh_n, ow_n,
                       sd, sh, sw, hpwp, wp, need_sum):
         """im2col of the padded uint8 input straight into [ceil(Q/NR)][ksteps][NR] int32 groups (+ column sums).
@@ -366,10 +423,27 @@ class _Plan:
                                             np.arange(self.kern3[2]), indexing="ij")
         self.koff = (c_i * self.plane + kd_i * self.d3[0] * hp * wp + kh_i * self.d3[1] * wp
                      + kw_i * self.d3[2]).reshape(-1).astype(np.int64)
-        self.q_total = n_img * self.positions
-        self.npn = -(-self.q_total // nr)
-        q_idx = np.arange(self.npn * nr, dtype=np.int64)
-        self.col_off = (q_idx // self.positions) * (packed.out_channels * self.positions) + q_idx % self.positions
+        # stride 1 everywhere: virtual columns (see _pack_columns_virtual), unless that wastes much work
+        od_n, oh_n, ow_n = self.out3
+        span = (od_n - 1) * hp * wp + (oh_n - 1) * wp + ow_n
+        self.virtual = self.s3 == (1, 1, 1) and span <= 1.2 * self.positions
+        if self.virtual:
+            self.pan_per_img = -(-span // nr)
+            per_img = self.pan_per_img * nr
+            self.q_total = n_img * per_img
+            self.npn = n_img * self.pan_per_img
+            q_idx = np.arange(self.npn * nr, dtype=np.int64)
+            img, loc = q_idx // per_img, q_idx % per_img
+            od, rem = loc // (hp * wp), loc % (hp * wp)
+            oh, ow = rem // wp, rem % wp
+            valid = (loc < span) & (oh < oh_n) & (ow < ow_n)
+            self.col_off = np.where(valid, img * (packed.out_channels * self.positions)
+                                    + (od * oh_n + oh) * ow_n + ow, -1)
+        else:
+            self.q_total = n_img * self.positions
+            self.npn = -(-self.q_total // nr)
+            q_idx = np.arange(self.npn * nr, dtype=np.int64)
+            self.col_off = (q_idx // self.positions) * (packed.out_channels * self.positions) + q_idx % self.positions
         m_g = packed.out_channels // packed.group
         self.mp = -(-m_g // mr)
         self.row_off = [(np.arange(self.mp * mr, dtype=np.int64) + gi * m_g) * self.positions
@@ -436,16 +510,20 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         xu, zau = x3.view(np.uint8) ^ np.uint8(0x80), za + 128
     else:
         xu, zau = x3, za
-    # padded input, plus slack at the end for the 16-lane chunks that read past a row (values unused)
+    # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
+    # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
     size = math.prod(plan.xp_shape)
-    xflat = np.empty(size + _SLACK, np.uint8)
-    xp = xflat[:size].reshape(plan.xp_shape)
-    if plan.padded:
-        xp.fill(zau)
-        xp[plan.inner] = xu
+    if not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and xu.flags.c_contiguous:
+        xflat = xu.reshape(-1)
     else:
-        xp[...] = xu
-    xflat[size:] = zau
+        xflat = np.empty(size + _SLACK, np.uint8)
+        xp = xflat[:size].reshape(plan.xp_shape)
+        if plan.padded:
+            xp.fill(zau)
+            xp[plan.inner] = xu
+        else:
+            xp[...] = xu
+        xflat[size:] = zau
     dp, hp, wp = plan.xp_shape[2:]
     out = np.empty(out_shape, rq.y_dtype)
     flat = out.reshape(-1)
@@ -468,9 +546,13 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     run = ig.tile_driver(path, bcast_unsigned=False)
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
-        q_x, colsum = ig.call_parallel(_pack_columns, xflat, plan.koff, k_total, g, nr, n_img, c_in * plan.plane,
-                                       gi * cg * plan.plane, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2],
-                                       hp * wp, wp, pw.any_zw)
+        if plan.virtual:
+            q_x, colsum = ig.call_parallel(_pack_columns_virtual, xflat, plan.koff, k_total, g, nr, n_img,
+                                           c_in * plan.plane, gi * cg * plan.plane, plan.pan_per_img, pw.any_zw)
+        else:
+            q_x, colsum = ig.call_parallel(_pack_columns, xflat, plan.koff, k_total, g, nr, n_img,
+                                           c_in * plan.plane, gi * cg * plan.plane, out3[0], out3[1], out3[2],
+                                           s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw)
         # C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]   (mod 2**32)
         rterm = np.zeros(plan.mp * mr, np.int32)
         rterm[:m_g] = ig.wrap_int32(bias_full[gi * m_g:(gi + 1) * m_g].astype(np.int64)

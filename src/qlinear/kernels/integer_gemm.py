@@ -232,7 +232,31 @@ if HAVE_NUMBA:
     def _epilogue(tile, ldt, i0, j0, mc, nc, rterm, cterm, u1, v1, u2, v2,
                   mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow):
         """C[i, j] = tile + rterm[i] + cterm[j] - u1[i] v1[j] - u2[i] v2[j]  (mod 2**32), then store or requantize."""
-        contiguous = col_off[j0 + nc - 1] - col_off[j0] == nc - 1
+        cols = col_off[j0:j0 + nc]
+        first = cols[0]
+        contiguous = first >= 0
+        if contiguous:
+            for c in range(nc):
+                if cols[c] != first + c:
+                    contiguous = False
+                    break
+        n_runs = 0
+        run_lo = np.empty(0 if contiguous else nc, np.int64)
+        run_hi = np.empty(0 if contiguous else nc, np.int64)
+        if not contiguous:
+            # runs of consecutive output columns (a block spanning images, or virtual columns with gaps, -1)
+            c0 = 0
+            while c0 < nc:
+                if cols[c0] < 0:
+                    c0 += 1
+                    continue
+                c1 = c0 + 1
+                while c1 < nc and cols[c1] == cols[c1 - 1] + 1:
+                    c1 += 1
+                run_lo[n_runs] = c0
+                run_hi[n_runs] = c1
+                n_runs += 1
+                c0 = c1
         ct = cterm[j0:j0 + nc]
         w1 = v1[j0:j0 + nc]
         w2 = v2[j0:j0 + nc]
@@ -260,14 +284,11 @@ if HAVE_NUMBA:
                 _store_row(accrow, nc, row_off[i] + col_off[j0], m_row, mult, m_off, mult_cs, mode, yzp, qmin, qmax,
                            out32, out8)
             else:
-                c0 = 0
-                while c0 < nc:  # split the run where the columns jump (a convolution tile spanning two images)
-                    c1 = c0 + 1
-                    while c1 < nc and col_off[j0 + c1] == col_off[j0 + c1 - 1] + 1:
-                        c1 += 1
-                    _store_row(accrow[c0:c1], c1 - c0, row_off[i] + col_off[j0 + c0], m_row, mult,
+                for rn in range(n_runs):
+                    c0 = run_lo[rn]
+                    c1 = run_hi[rn]
+                    _store_row(accrow[c0:c1], c1 - c0, row_off[i] + cols[c0], m_row, mult,
                                m_off + c0 * mult_cs, mult_cs, mode, yzp, qmin, qmax, out32, out8)
-                    c0 = c1
 
     @njit(cache=True, parallel=True)
     def _pack_rows(a, xor, g, mr, need_sum):
