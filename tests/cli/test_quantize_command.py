@@ -2,8 +2,9 @@
 format, checked against onnx's reference QuantizeLinear/DequantizeLinear and onnx's own reading of
 the packed bytes.
 
-One round trip per format runs the command as a subprocess; the per-type round trips call
-`qlinear.cli.main` in-process (the same code, without paying for a Python start each time).
+Every type in every format, the granularities taking turns; one round trip per format runs the command
+as a subprocess, the others call `qlinear.cli.main` in-process (the same code, without paying for a
+Python start each time).
 """
 
 from __future__ import annotations
@@ -134,11 +135,11 @@ def _check_round_trip(tmp_path, fmt, qtype, granularity, invoke):
         assert np.array_equal(restored[name].view(np.uint8), np.asarray(expected).view(np.uint8)), name
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
-def test_round_trip_every_type(tmp_path, capsys, qtype):
-    i = QUANTIZED_TYPES.index(qtype)
-    _check_round_trip(tmp_path, FORMATS[i % 3], qtype, GRANULARITIES[i % len(GRANULARITIES)],
-                      lambda *a: _in_process(capsys, *a))
+def test_round_trip_every_type(tmp_path, capsys, qtype, fmt):
+    i = QUANTIZED_TYPES.index(qtype) + FORMATS.index(fmt)
+    _check_round_trip(tmp_path, fmt, qtype, GRANULARITIES[i % len(GRANULARITIES)], lambda *a: _in_process(capsys, *a))
 
 
 @pytest.mark.parametrize("fmt, qtype, granularity", [
