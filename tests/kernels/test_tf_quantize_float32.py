@@ -4,7 +4,8 @@ numba silently promotes to float64 (a Python float literal, an int mixed with a 
 function), and a float64 intermediate rounds differently from TensorFlow's float32 one. The kernels are
 compiled in a fresh process with an empty cache (a cached function has no IR to inspect) after running every
 mode, per-tensor and per-axis, for the narrowest and the widest type; then every compiled function of
-`qlinear.kernels._tf_quantize_numba` is checked for float64 arithmetic in its LLVM IR. The per-tensor loops
+`qlinear.kernels._tf_quantize_numba`, and the bfloat16 Dequantize of `_tf_quantize_extra_numba` (its
+strict kernels are float64 by definition), is checked for float64 arithmetic in its LLVM IR. The per-tensor loops
 are also checked for packed float32 multiplies (they are vectorised) on x86.
 """
 
@@ -26,6 +27,7 @@ _PROBE = textwrap.dedent(
     import json, re, sys
     import numpy as np
     import qlinear.tf
+    from qlinear.kernels import _tf_quantize_extra_numba as extra
     from qlinear.kernels import _tf_quantize_numba as nb
 
     x = (np.random.default_rng(0).standard_normal((4, 8)) * 3).astype(np.float32)
@@ -37,6 +39,8 @@ _PROBE = textwrap.dedent(
                 for rm in (("HALF_AWAY_FROM_ZERO", "HALF_TO_EVEN") if mode == "SCALED" else ("HALF_AWAY_FROM_ZERO",)):
                     q = qlinear.tf.quantize_v2(x, mn, mx, T, mode=mode, axis=axis, round_mode=rm)[0]
                 qlinear.tf.dequantize(q, mn, mx, mode=mode, axis=axis)
+                if mode == "MIN_COMBINED":
+                    qlinear.tf.dequantize(q, mn, mx, mode=mode, axis=axis, dtype="bfloat16")
 
     # float64 arithmetic, conversions to float64 and float64 intrinsics. Boxing a float32 result for the
     # Python-callable wrapper (fpext + PyFloat_FromDouble) is not arithmetic and is not matched.
@@ -45,14 +49,15 @@ _PROBE = textwrap.dedent(
         r"= (sitofp|uitofp) [^\n]* to double|@llvm\.\w+\.f64\("
     )
     found, vector_mul = {}, {}
-    for name in dir(nb):
-        fn = getattr(nb, name)
+    # the strict kernels compute in float64 on purpose; the bfloat16 Dequantize is the float32 kernel
+    functions = [(name, getattr(nb, name)) for name in dir(nb)] + [("dequantize_bf16", extra.dequantize_bf16)]
+    for name, fn in functions:
         for sig in getattr(fn, "signatures", None) or ():
             key = f"{name}{sig}"
             hits = [line.strip() for line in fn.inspect_llvm(sig).splitlines()
                     if double_op.search(line) and "declare" not in line]
             found[key] = hits[:3]
-            if name == "quantize_serial" or name == "dequantize_serial":
+            if name in ("quantize_serial", "dequantize_serial", "dequantize_bf16"):
                 vector_mul[key] = bool(re.search(r"\bvmulps\b[^\n]*[yz]mm", fn.inspect_asm(sig)))
     print(json.dumps({"double": found, "vector_mul": vector_mul}))
     """
@@ -69,7 +74,7 @@ def compiled(tmp_path_factory):
 
 def test_every_kernel_was_compiled(compiled):
     names = {key.split("(")[0] for key in compiled["double"]}
-    assert {"quantize_serial", "dequantize_serial"} <= names, sorted(names)
+    assert {"quantize_serial", "dequantize_serial", "dequantize_bf16"} <= names, sorted(names)
 
 
 def test_no_float64_arithmetic_in_the_kernels(compiled):

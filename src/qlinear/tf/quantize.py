@@ -35,19 +35,31 @@ _OUTPUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtype
 # ---------------------------------------------------------------------------------------------
 def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
     from qlinear.kernels import tf_quantize as _fast  # numba kernels; None when none covers the case
+    from qlinear.kernels import tf_quantize_extra as _extra  # strict=True
 
-    result = _fast.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
+    if strict:
+        result = _extra.quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
+                                           ensure_minimum_range)
+    else:
+        result = _fast.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
+                                   ensure_minimum_range, strict)
     if result is None:
         result = _ref.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
     return result
 
 
-def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict):
+def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
+    """float32 or bfloat16 (the float32 result rounded to nearest even, as TensorFlow's kernel does)."""
     from qlinear.kernels import tf_quantize as _fast
+    from qlinear.kernels import tf_quantize_extra as _extra  # strict=True, and bfloat16 out in one pass
 
-    result = _fast.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+    if strict or out_dtype != np.float32:
+        result = _extra.dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype)
+    else:
+        result = _fast.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
     if result is None:
         result = _ref.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+        result = result if out_dtype == np.float32 else result.astype(out_dtype)
     return result
 
 
@@ -290,6 +302,5 @@ def dequantize(
     if not per_tensor and mode == _ref.MIN_FIRST:
         raise ValueError(f"{func}: mode 'MIN_FIRST' is not implemented for per-axis dequantization (axis={axis})")
     q3 = q.reshape(_three_dims(q.shape, None if per_tensor else axis))
-    out = _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict)
-    out = out.reshape(q.shape)
-    return out if out_dtype == np.float32 else out.astype(out_dtype)
+    out = _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict, out_dtype)
+    return out.reshape(q.shape)
