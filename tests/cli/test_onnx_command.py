@@ -160,5 +160,7 @@ def test_onnxruntime_default_fusion_breaks_int2_weights(tmp_path, capsys):
     accuracy = report["model"]["accuracy"]
     assert accuracy["quantized"] == pytest.approx(np.mean(reference.argmax(1) == data["labels"]))
     assert accuracy["quantized"] > 0.8
-    assert accuracy["quantized_default_optimizations"] == pytest.approx(np.mean(fused.argmax(1) == data["labels"]))
-    assert accuracy["quantized_default_optimizations"] < 0.5  # the deviation; if onnxruntime fixes it, this fails
+    # The fused result is not even the same from one session to the next (about 10% either way), so
+    # only its failure is pinned; if onnxruntime fixes the fusion, this fails.
+    assert accuracy["quantized_default_optimizations"] < 0.5
+    assert np.mean(fused.argmax(1) == data["labels"]) < 0.5
