@@ -162,13 +162,12 @@ def _onnx_model(case: Case, x, scale, zp, axis, block):
     node = helper.make_node(node_type, ["x", "scale", "zp"], ["y"], **attrs)
 
     def init(name, value, tp):
-        if value.dtype.itemsize == 1 and tp not in (2, 3):
-            tensor = helper.make_tensor(name, tp, value.shape, vals=value.view(np.uint8).tobytes(), raw=True)
-            if tp in (21, 22, 23):  # 4-bit types are stored packed, two to a byte
-                from .packing import pack
+        if t.packs:  # 4-bit types are stored packed, two to a byte
+            from .packing import pack
 
-                tensor = helper.make_tensor(name, tp, value.shape, vals=pack(value).tobytes(), raw=True)
-            return tensor
+            return helper.make_tensor(name, tp, value.shape, vals=pack(value).tobytes(), raw=True)
+        if value.dtype.itemsize == 1 and tp not in (2, 3):
+            return helper.make_tensor(name, tp, value.shape, vals=value.view(np.uint8).tobytes(), raw=True)
         return numpy_helper.from_array(value, name)
 
     inits = [numpy_helper.from_array(scale, "scale"), init("zp", zp, t.tensorproto)]

@@ -18,6 +18,7 @@ each one exhaustively or on a dense sweep around every rounding boundary.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,10 @@ class SmallFloatFormat:
 
     @classmethod
     def of(cls, target: ElementType) -> "SmallFloatFormat":
+        return _format_of(target)
+
+    @classmethod
+    def _read(cls, target: ElementType) -> "SmallFloatFormat":
         import ml_dtypes
 
         info = ml_dtypes.finfo(target.dtype)
@@ -105,6 +110,11 @@ class SmallFloatFormat:
             np.uint8(overflow_pos), np.uint8(overflow_neg), np.uint8(self.nan_pos), np.uint8(self.nan_neg),
             bool(self.signed_zero),
         )
+
+
+@functools.lru_cache(maxsize=None)
+def _format_of(target: ElementType) -> SmallFloatFormat:
+    return SmallFloatFormat._read(target)
 
 
 if njit is not None:
