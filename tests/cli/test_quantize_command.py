@@ -236,3 +236,17 @@ def test_onnx_include_selects_any_initializer(tmp_path, capsys):
     model = onnx.load(str(tmp_path / "b.onnx"))
     onnx.checker.check_model(model, full_check=True)
     assert sorted(n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear") == ["fc1.bias", "fc2.bias", "fc3.bias"]
+
+
+def test_compressed_npz_input(tmp_path, capsys):
+    """np.savez_compressed members are read whole (np.savez ones are memory-mapped); both give the same."""
+    x = np.random.default_rng(5).standard_normal((16, 48)).astype(np.float32)
+    np.savez(tmp_path / "plain.npz", w=x)
+    np.savez_compressed(tmp_path / "packed.npz", w=x)
+    for name in ("plain", "packed"):
+        code, out, err = _in_process(capsys, "quantize", tmp_path / f"{name}.npz", "--dtype", "int4", "--block-size", "16",
+                                     "-o", tmp_path / f"{name}-q.npz")
+        assert code == 0, err
+    plain, _ = read_tensor_file(tmp_path / "plain-q.npz")
+    packed, _ = read_tensor_file(tmp_path / "packed-q.npz")
+    assert sorted(plain) == sorted(packed) and all(np.array_equal(plain[k], packed[k]) for k in plain)

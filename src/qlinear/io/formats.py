@@ -148,10 +148,38 @@ class NpzReader:
 
     def array(self, entry: Entry):
         try:
+            mapped = self._mapped(entry)
+            if mapped is not None:
+                return mapped
             with self._zip.open(entry.name + ".npy") as member:
                 return np.lib.format.read_array(member, allow_pickle=False)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
             raise UserError(f"{self.path}: tensor {entry.name!r} cannot be read ({_reason(error)})") from None
+
+    def _mapped(self, entry: Entry):
+        """An uncompressed member (np.savez writes them so) is a plain .npy inside the zip file: map it
+        like a .npy file. Compressed members (np.savez_compressed) return None and are read whole."""
+        info = self._zip.getinfo(entry.name + ".npy")
+        if info.compress_type != zipfile.ZIP_STORED or entry.size == 0:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise ValueError(f"member {info.filename!r} has no local header")
+            name_length, extra_length = struct.unpack("<HH", local[26:30])
+            f.seek(info.header_offset + 30 + name_length + extra_length)
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                return None
+            offset = f.tell()
+        if fortran or dtype.hasobject or tuple(shape) != entry.shape or offset + entry.nbytes > self.path.stat().st_size:
+            return None
+        return np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
 
     def close(self):
         self._zip.close()
