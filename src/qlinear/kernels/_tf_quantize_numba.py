@@ -52,11 +52,15 @@ def _np_maximum(a, b):
 
 @njit(**_JIT)
 def _to_int_bits(r, nan_value):
-    """_float_to_int_bits: non-finite -> nan_value, else the integer (int64, narrowed by the store).
+    """_float_to_int_bits: non-finite -> nan_value, else the integer (int32, narrowed by the store).
     Written as selects (no early return) so that the loop vectorises."""
     finite = abs(r) <= np.float32(3e38)
-    safe = r if finite else _ZERO
-    return np.int64(safe) if finite else nan_value
+    # The only value at or beyond 2**31 the kernel can round to is 2**31 itself (qint32), which the
+    # reference's int64 -> int32 narrowing wraps to INT32_MIN; everything else converts in 32 bits.
+    big = r >= _TWO_31
+    safe = r if (finite and not big) else _ZERO
+    as_int = np.int32(-(2**31)) if big else np.int32(safe)
+    return as_int if finite else np.int32(nan_value)
 
 
 @njit(inline="always", **_JIT)  # inlined in numba's IR, so each loop sees a constant mode
@@ -81,8 +85,8 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
     v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
     v = _np_minimum(_np_maximum(v, lower), upper)
     nan = v != v
-    as_int = np.int64(np.int32(np.int64(_ZERO if nan else v)))
-    return np.int64(-(2**31)) if nan else as_int  # NaN: cvttps2dq's "integer indefinite"
+    as_int = np.int32(_ZERO if nan else v)  # v lies in [-2**31, 2147483520] here: exact in 32 bits
+    return np.int32(-(2**31)) if nan else as_int  # NaN: cvttps2dq's "integer indefinite"
 
 
 @njit(inline="always", **_JIT)
