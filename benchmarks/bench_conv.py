@@ -204,7 +204,7 @@ def qlinear_runner(case, d, mode="float64"):
 
 
 def run_qlinear(cases, regimes):
-    import numba
+    from qlinear.kernels import threads as qthreads
 
     out = {}
     for case in cases:
@@ -212,9 +212,9 @@ def run_qlinear(cases, regimes):
             d = make_data(case, regime)
             fn = qlinear_runner(case, d)
             for threads in (1, 2):
-                numba.set_num_threads(threads)
+                qthreads.set_num_threads(threads)
                 out[f"{case['name']}|{regime}|{threads}"] = best_time(fn)
-            numba.set_num_threads(2)
+            qthreads.set_num_threads(2)
             ref_path = os.path.join(_tmpdir(), _key(case, regime) + ".npy")
             if os.path.exists(ref_path):
                 y_ort = np.load(ref_path)

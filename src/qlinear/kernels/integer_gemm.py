@@ -2,7 +2,7 @@
 
 Internal API (the ops call these; nothing here validates user input beyond what exactness needs):
 
-``pack_weights(w2d, w_zero_point, bias=None) -> PackedWeights``
+``pack_weights(w2d, w_zero_point) -> PackedWeights``
     w2d (K, N) int8/uint8, w_zero_point scalar or (N,) (per column, may differ). Packed once, reused.
 ``gemm(a, a_zero_point, packed, bias=None, requant=None, path=None) -> ndarray``
     a (M, K) int8/uint8, a_zero_point scalar or (M,) (per row). Returns the exact int32
@@ -32,9 +32,16 @@ Layouts (int32 groups of 4 bytes, or of 2 int16 for vpmaddwd, along K; K padded 
     broadcast side P: [ceil(M/MR)][ksteps][MR],   vector side Q: [ceil(N/NR)][ksteps][NR].
     For a GEMM the activations are P (rows of C) and the weights Q; for a convolution (im2col.py) the weights
     are P (output channels) and the im2col columns Q (pixels), so the output is stored in NC... order.
+    Each parallel task runs the microkernel over its block of tiles into a scratch block, then one epilogue
+    (zero-point corrections, bias, requantization, store) walks the block's long rows: per-tile epilogues
+    cost more than the arithmetic when K is small. Microkernel tiles (MR x NR): 8 x 32 for the zmm paths,
+    6 x 16 for the ymm paths.
 
-Threading: numba prange over (M-block x N-block) tasks, honouring numba.set_num_threads. Parallel calls are
-serialised by a lock when numba's threading layer is "workqueue" (which aborts on concurrent use).
+Threading: numba prange over (M-block x N-block) tasks with qlinear's thread count
+(``qlinear.kernels.threads.set_num_threads``, process-wide; default all cores); concurrent calls from Python
+threads are safe (serialised under numba's "workqueue" layer). qlinear.kernels sets OMP_WAIT_POLICY=PASSIVE
+unless the user set it (see its __init__). Kernels compiled as serial ``nogil`` functions driven by Python
+threads were tried: 20-50% slower on one thread, because numba marks the arrays of a prange body noalias.
 Compilation is lazy (nothing compiles at import) and cached on disk (cache=True).
 """
 
@@ -46,7 +53,7 @@ import threading
 
 import numpy as np
 
-from qlinear.kernels import _fallback
+from qlinear.kernels import _fallback, threads
 
 try:  # numba is a dependency, but the BLAS path must keep working without it.
     import numba
@@ -140,24 +147,12 @@ def current_path(path: str | None = None) -> str:
     return default_path()
 
 
-# ----------------------------------------------------------------------------------------------- locking
-_parallel_lock = threading.Lock()
-_layer_is_safe = None  # None: unknown until the first parallel call returns
-
-
+# ----------------------------------------------------------------------------------------------- threading
 def call_parallel(fn, *args):
-    """Call a parallel numba function; serialise calls when the threading layer cannot run them concurrently."""
-    global _layer_is_safe
-    if _layer_is_safe:
-        return fn(*args)
-    with _parallel_lock:
-        result = fn(*args)
-        if _layer_is_safe is None:
-            try:
-                _layer_is_safe = numba.threading_layer() != "workqueue"
-            except ValueError:  # pragma: no cover - no parallel region ran
-                pass
-        return result
+    """Run a ``parallel=True`` kernel on qlinear's thread count (kernels.threads: process-wide
+    ``set_num_threads``; calls serialised by a lock under numba's "workqueue" layer, which aborts on
+    concurrent use)."""
+    return threads.call_parallel(fn, *args)
 
 
 # ----------------------------------------------------------------------------------------------- numba parts
@@ -377,12 +372,12 @@ def tile_driver(path: str, bcast_unsigned: bool):
 
 def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
     """Panels per task along M and N: blocks that keep operands in L2, split until both threads have work."""
-    threads = numba.get_num_threads() if HAVE_NUMBA else 1
+    n_threads = threads.get_num_threads() if HAVE_NUMBA else 1
     mp = -(-m_total // mr)
     npn = -(-n_total // nr)
     mb = max(1, min(mp, 192 // mr))
     nb = max(1, min(npn, 384 // nr))
-    target = 4 * threads if threads > 1 else 1
+    target = 4 * n_threads if n_threads > 1 else 1
     while (-(-mp // mb)) * (-(-npn // nb)) < target and (mb > 1 or nb > 1):
         if mb * mr >= nb * nr and mb > 1:
             mb = -(-mb // 2)
