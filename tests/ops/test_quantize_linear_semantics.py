@@ -254,3 +254,46 @@ def test_saturate_does_not_change_integer_outputs():
     x = np.array([1e9, -3.5, 2.5], F32)
     np.testing.assert_array_equal(qlinear.quantize_linear(x, F32(1), np.int8(0), saturate=0),
                                   ort_run("QuantizeLinear", [("x", x), ("s", F32(1)), ("z", np.int8(0))], TensorProto.INT8, 21, saturate=0))
+
+
+def _round_to_grid(value, dtype):
+    """Round a Fraction to the nearest finite value of a small float type, ties to the even code (an
+    oracle from first principles: the type's value table, ml_dtypes only decoding its codes)."""
+    from fractions import Fraction
+
+    codes = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float64)
+    candidates = sorted({(Fraction(v), c) for c, v in enumerate(codes) if np.isfinite(v) and v >= 0},
+                        key=lambda vc: vc[0])
+    magnitude = abs(value)
+    best = min(candidates, key=lambda vc: (abs(vc[0] - magnitude), vc[1] & 1))
+    return float(best[0]) * (1 if value >= 0 else -1)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernel", "reference"])
+def test_float64_quotients_are_rounded_once(kernels):
+    # An int32 scale divides in float64. 4980737 / 4194305 is 2**-24.4 below the E4M3FN tie 1.1875:
+    # rounding it to float32 first would land on the tie and give 1.25; rounded once it is 1.125.
+    from fractions import Fraction
+
+    from qlinear.kernels.quantize_linear import use_kernels
+
+    x = np.array([4980737, -4980737], np.int32)
+    with use_kernels(kernels):
+        got = qlinear.quantize_linear(x, np.int32(4194305), output_dtype="float8e4m3fn").astype(np.float64)
+    expected = [_round_to_grid(Fraction(int(v), 4194305), ml_dtypes.float8_e4m3fn) for v in x]
+    np.testing.assert_array_equal(got, expected)
+    assert got[0] == 1.125
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernel", "reference"])
+def test_int32_x_is_rounded_once_to_bfloat16(kernels):
+    # 2**24 + 2**16 + 1 is just above the bfloat16 tie between 2**24 and 2**24 + 2**17; through float32
+    # (to nearest) it would become the tie itself and round down.
+    from fractions import Fraction
+
+    from qlinear.kernels.quantize_linear import use_kernels
+
+    x = np.array([2**24 + 2**16 + 1], np.int32)
+    with use_kernels(kernels):
+        got = qlinear.quantize_linear(x, ml_dtypes.bfloat16(2**17), np.int16(0))
+    assert got[0] == round(Fraction(int(x[0]), 2**17)) == 129

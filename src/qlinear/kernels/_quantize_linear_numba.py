@@ -17,6 +17,7 @@ from .small_float import (
     f16_bits_to_f32,
     f32_to_bf16_bits,
     f32_to_f16_bits,
+    f32_round_to_odd,
     round_to_bf16,
     round_to_f16,
 )
@@ -51,16 +52,15 @@ def to_precision(v, tag):  # pragma: no cover
 def _to_precision(v, tag):
     """A widened value rounded to the division precision, held in float32 (float64 for float64).
 
-    From float64 (int32 x) to float16/bfloat16 via float32, as ml_dtypes casts (and, for float16,
-    identical to a direct rounding: every int32 in float16's range is exact in float32)."""
+    From float64 (int32 x) to float16/bfloat16 through float32 rounded to odd: one correct rounding."""
     if tag == nbtypes.float32:
         return lambda v, tag: np.float32(v)
     if tag == nbtypes.float64:
         return lambda v, tag: np.float64(v)
     if tag == nbtypes.uint16:
-        return lambda v, tag: round_to_f16(np.float32(v))
+        return lambda v, tag: round_to_f16(f32_round_to_odd(v))
     if tag == nbtypes.int16:
-        return lambda v, tag: round_to_bf16(np.float32(v))
+        return lambda v, tag: round_to_bf16(f32_round_to_odd(v))
     return None
 
 
@@ -153,7 +153,7 @@ def _q_float_one(xv, sv, zv, tag, add_zp, fmt):
     if add_zp:
         # LLVM may commute the addition; x86 returns the first NaN operand, as the reference gets it
         q = q if q != q else to_precision(q + zv, tag)
-    return encode_small_float(np.float32(q), *fmt)
+    return encode_small_float(f32_round_to_odd(q), *fmt)
 
 
 @njit(**_JIT)

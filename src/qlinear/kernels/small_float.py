@@ -225,6 +225,14 @@ if njit is not None:
         return result
 
     @njit(cache=True, nogil=True)
-    def f64_to_f32(v):
-        """ml_dtypes rounds a float64 to float32 before narrowing it further; so do the kernels."""
-        return np.float32(v)
+    def f32_round_to_odd(v):
+        """``v`` (float64 or float32) rounded to float32 *to odd*: truncated, last bit set when inexact.
+        Rounding that once more to a type of at most 22 significant bits is the correctly rounded
+        result (as `qlinear.reference.small_float.float32_round_to_odd`); float32 input is unchanged."""
+        f = np.float32(v)
+        if np.float64(f) != np.float64(v) and v == v:
+            bits = f.view(np.uint32)
+            if abs(np.float64(f)) > abs(np.float64(v)):
+                bits = _U32(bits - _U32(1))  # step toward zero (f is non-zero here; Inf becomes max)
+            f = _U32(bits | _U32(1)).view(np.float32)
+        return f

@@ -12,9 +12,12 @@ import numpy as np
 
 from ..dtypes import ElementType
 from ..granularity import Granularity
-from .small_float import to_small_float
+from .small_float import to_float, to_small_float
 
 
+# IEEE overflow, 0/0 and NaN are expected inputs of the formulas (the rules for them are applied
+# explicitly), so NumPy's warnings about them are silenced.
+@np.errstate(all="ignore")
 def quantize_linear(
     x: np.ndarray,
     y_scale: np.ndarray,
@@ -30,7 +33,7 @@ def quantize_linear(
     # "The type of y_scale determines the precision of the division operation between x and
     # y_scale, unless the precision attribute is specified": both operands are converted to that
     # type and the quotient is rounded to it.
-    quotient = x.astype(precision) / scale.astype(precision)
+    quotient = to_float(x, precision) / to_float(scale, precision)
 
     if output.is_integer:
         # "For (x / y_scale), it rounds to the nearest even."  rint is exact in every float type;
@@ -52,6 +55,7 @@ def quantize_linear(
     return to_small_float(quotient, output, saturate)
 
 
+@np.errstate(all="ignore")
 def dequantize_linear(
     x: np.ndarray,
     x_type: ElementType,
@@ -74,6 +78,5 @@ def dequantize_linear(
         if x_zero_point is not None:
             dx = dx - granularity.expand(x_zero_point).astype(np.float32)
     # The product is taken in float32 and rounded once more to a float16/bfloat16 output, as both
-    # onnx peers do; for every input type of at most 8 bits it equals a product taken in the output
-    # type (see docs/semantics.md).
+    # onnx peers do (docs/semantics.md, row 15).
     return (dx * scale).astype(output.dtype)
