@@ -56,6 +56,7 @@ def _numba():
         _compiled = _quantize_linear_numba
     return _compiled
 
+
 # ----------------------------------------------------------------------------------------------- switch
 _enabled = True
 _local = threading.local()
