@@ -7,7 +7,8 @@ Dequantize.
 
 from . import tf
 from .ops.dynamic import dynamic_quantize_linear
-from .ops.qlinear_conv import conv_integer, qlinear_conv
+from .errors import AccumulatorOverflowError
+from .ops.qlinear_conv import conv_integer, prepack_conv, qlinear_conv
 from .ops.qlinear_matmul import matmul_integer, qlinear_matmul
 from .ops.quantize_linear import dequantize_linear, quantize_linear
 from .packing import pack, unpack
@@ -19,9 +20,11 @@ __all__ = [
     "unpack",
     "qlinear_conv",
     "conv_integer",
+    "prepack_conv",
     "qlinear_matmul",
     "matmul_integer",
     "dynamic_quantize_linear",
+    "AccumulatorOverflowError",
     "tf",
 ]
 __version__ = "0.1.0"

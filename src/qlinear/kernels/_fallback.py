@@ -14,6 +14,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from qlinear.errors import AccumulatorOverflowError
+
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 _F32_EXACT = 2**24
@@ -45,10 +47,10 @@ def to_int32_checked(func: str, acc: np.ndarray) -> np.ndarray:
     if acc.size:
         lo, hi = float(acc.min()), float(acc.max())
         if lo < INT32_MIN or hi > INT32_MAX:
-            raise ValueError(
+            bad = int(hi) if hi > INT32_MAX else int(lo)
+            raise AccumulatorOverflowError(
                 f"{func}: the exact accumulator leaves int32 (range [{int(lo)}, {int(hi)}]); "
-                "the sum of (x - x_zero_point) * (w - w_zero_point) plus bias must fit in int32"
-            )
+                "the sum of (x - x_zero_point) * (w - w_zero_point) plus bias must fit in int32", bad)
     return acc.astype(np.int32)
 
 

@@ -11,15 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from qlinear.errors import AccumulatorOverflowError  # re-exported for the operators
+
 INT8_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-class AccumulatorOverflowError(ValueError, OverflowError):
-    """The exact integer accumulator leaves int32, the specs' accumulator type (never wrapped silently).
-
-    Both a ValueError (the inputs are outside what the operator can represent) and an OverflowError.
-    """
 
 
 def _dtype_names(dtypes) -> str:
@@ -125,4 +120,14 @@ def check_int32(func: str, acc: np.ndarray, what: str) -> None:
     low, high = int(acc.min()), int(acc.max())
     if low < INT32_MIN or high > INT32_MAX:
         bad = high if high > INT32_MAX else low
-        raise AccumulatorOverflowError(f"{func}: the exact accumulator ({what}) leaves the int32 range: {bad}")
+        raise AccumulatorOverflowError(f"{func}: the exact accumulator ({what}) leaves the int32 range: {bad}", bad)
+
+
+def int32_kernel(func: str, what: str, kernel, *args, **kwargs):
+    """Run an integer kernel; its overflow report is re-raised naming the public function and the sum."""
+    try:
+        return kernel(*args, **kwargs)
+    except AccumulatorOverflowError as error:
+        raise AccumulatorOverflowError(
+            f"{func}: the exact accumulator ({what}) leaves the int32 range: {error.value}", error.value
+        ) from None

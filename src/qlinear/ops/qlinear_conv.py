@@ -1,8 +1,10 @@
 """ONNX QLinearConv-10 and ConvInteger-10: arguments, attribute and shape rules, geometry, dispatch.
 
-Both operators share the accumulator ``sum((x - x_zero_point) * (w - w_zero_point)) (+ B)``, computed by
-:func:`_conv_accumulate`, the one place where a fast kernel slots in. QLinearConv then requantizes it
-(:mod:`qlinear.reference.requantize`); ConvInteger returns it as int32.
+Both operators share the accumulator ``sum((x - x_zero_point) * (w - w_zero_point)) (+ B)``. The exact
+integer kernels (:mod:`qlinear.kernels.im2col`) compute it for 1-, 2- and 3-D convolutions, with
+QLinearConv's requantization fused into their store; more spatial dimensions run the int64 NumPy reference
+(:mod:`qlinear.reference.conv`, :mod:`qlinear.reference.requantize`), which the kernels equal bit for bit.
+`prepack_conv` packs weights once for repeated calls.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qlinear.kernels import im2col
+from qlinear.kernels.im2col import PackedConv
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.conv import conv_accumulate as _reference_conv_accumulate
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
 from qlinear.reference.requantize import requantize as _requantize
 
-__all__ = ["qlinear_conv", "conv_integer", "AccumulatorOverflowError", "ConvGeometry", "conv_geometry"]
+__all__ = ["qlinear_conv", "conv_integer", "prepack_conv", "AccumulatorOverflowError", "ConvGeometry", "conv_geometry"]
+
+_KERNEL_SPATIAL_DIMS = 3  # the im2col kernels handle 1-D, 2-D and 3-D convolutions
 
 AUTO_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -116,12 +122,17 @@ def conv_geometry(func, x_shape, w_shape, *, auto_pad, dilations, group, kernel_
     )
 
 
-def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry) -> np.ndarray:
-    """The exact accumulator (int64 values) of shape geometry.output_shape. The fast kernel slots in here.
+def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry, packed=None) -> np.ndarray:
+    """The exact accumulator of shape geometry.output_shape (int32 from the kernels, int64 values from
+    the reference for more than 3 spatial dimensions).
 
     x: (N, C, D..) int8/uint8; x_zero_point: 0-d of x's dtype; w: (M, C/group, k..) int8/uint8;
-    w_zero_point: 0-d or (M,) of w's dtype; B: (M,) int32 or None.
+    w_zero_point: 0-d or (M,) of w's dtype; B: (M,) int32 or None; packed: w's PackedConv, if any.
     """
+    if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
+        if packed is None:
+            packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
+        return im2col.conv(x, x_zero_point, packed, B, geometry)
     return _reference_conv_accumulate(
         x,
         x_zero_point,
@@ -134,6 +145,45 @@ def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry
         pads_begin=geometry.pads_begin,
         pads_end=geometry.pads_end,
     )
+
+
+def prepack_conv(w, w_zero_point=None, *, group=1) -> PackedConv:
+    """Pack convolution weights once, for repeated `qlinear_conv` / `conv_integer` calls.
+
+    Pass the result as ``w`` (with the same ``w_zero_point`` and ``group``); the packing, and the
+    per-input-shape plan, are then reused, as runtimes do with constant weights.
+
+    >>> import numpy as np, qlinear
+    >>> w = np.ones((4, 3, 3, 3), np.int8)
+    >>> packed = qlinear.prepack_conv(w, np.int8(0))
+    >>> x = np.full((1, 3, 5, 5), 2, np.uint8)
+    >>> qlinear.conv_integer(x, packed, np.uint8(0), np.int8(0))[0, 0]
+    array([[54, 54, 54],
+           [54, 54, 54],
+           [54, 54, 54]], dtype=int32)
+    """
+    func = "prepack_conv"
+    w = qa.quantized_tensor(func, "w", w)
+    if w.ndim < 3:
+        raise ValueError(f"{func}: w must have shape (M, C/group, k1, ...), got {w.shape}")
+    w_zero_point = _per_output_channel(func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), w.shape[0])
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1 or w.shape[0] % group:
+        raise ValueError(f"{func}: group must be a positive divisor of M={w.shape[0]}, got {group!r}")
+    return im2col.prepack_conv(w, w_zero_point, int(group))
+
+
+def _unpack_weights(func: str, w, w_zero_point, group):
+    """``w`` as an array, and its PackedConv when the caller passed one (whose zero point and group must
+    be the ones given now)."""
+    if not isinstance(w, PackedConv):
+        return w, None
+    packed = w
+    given = np.broadcast_to(np.asarray(w_zero_point if w_zero_point is not None else 0), (packed.out_channels,))
+    if not np.array_equal(given.astype(np.int64), packed.w_zero_point.astype(np.int64)):
+        raise ValueError(f"{func}: w_zero_point differs from the one the weights were packed with (prepack_conv)")
+    if group != packed.group:
+        raise ValueError(f"{func}: group={group!r} but the weights were packed with group={packed.group}")
+    return packed.w, packed
 
 
 def _per_output_channel(func: str, name: str, value: np.ndarray, out_channels: int) -> np.ndarray:
@@ -189,6 +239,7 @@ def qlinear_conv(
     func = "qlinear_conv"
     _check_requantize_mode(func, requantize)
     x = qa.quantized_tensor(func, "x", x)
+    w, packed = _unpack_weights(func, w, w_zero_point, group)
     w = qa.quantized_tensor(func, "w", w)
     geometry = conv_geometry(
         func, x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group,
@@ -209,13 +260,19 @@ def qlinear_conv(
         if B.shape != (out_channels,):
             raise ValueError(f"{func}: B must be a 1-D tensor of M={out_channels} elements, got shape {B.shape}")
 
-    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry)
-    qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
-
     channel_shape = (1, out_channels) + (1,) * (x.ndim - 2)
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
         multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
     _check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
+    if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
+        # the kernels fuse the requantization into their store (same arithmetic as the reference's)
+        if packed is None:
+            packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
+        requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)
+        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", im2col.conv,
+                               x, x_zero_point, packed, B, geometry, requant=requant)
+    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry)
+    qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
     return _requantize(acc, multiplier, y_zero_point, requantize)
 
 
@@ -240,6 +297,7 @@ def conv_integer(
     """
     func = "conv_integer"
     x = qa.quantized_tensor(func, "x", x)
+    w, packed = _unpack_weights(func, w, w_zero_point, group)
     w = qa.quantized_tensor(func, "w", w)
     geometry = conv_geometry(
         func, x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group,
@@ -249,6 +307,7 @@ def conv_integer(
     w_zero_point = _per_output_channel(
         func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), w.shape[0]
     )
-    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, None, geometry)
+    acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", _conv_accumulate,
+                          x, x_zero_point, w, w_zero_point, None, geometry, packed)
     qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point)")
     return acc.astype(np.int32)

@@ -1,7 +1,10 @@
 """ONNX QLinearMatMul-10/21 and MatMulInteger-10: arguments, shape rules, opset rules, dispatch.
 
 Both operators share the accumulator ``(a - a_zero_point) @ (b - b_zero_point)`` with numpy.matmul's
-broadcasting, computed by :func:`_matmul_accumulate`, the one place where a fast kernel slots in.
+broadcasting, computed by :func:`_matmul_accumulate` on the exact integer GEMM kernels
+(:mod:`qlinear.kernels.integer_gemm`, one GEMM per batch matrix, b packed once when it has no batch
+dimensions), with QLinearMatMul's requantization fused into the store. The int64 NumPy reference
+(:mod:`qlinear.reference.matmul`) is what the kernels equal bit for bit.
 
 Granularity (the spec's text): a's scale and zero point are per tensor or per row, b's per tensor or per
 column. Per row of a 2-D a (M, K) is an M-vector or (M, 1); of an N-D a (D1, .., M, K) it is (D1, .., M, 1),
@@ -14,11 +17,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from qlinear.kernels import integer_gemm
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
-from qlinear.reference.matmul import matmul_accumulate as _reference_matmul_accumulate
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
-from qlinear.reference.requantize import requantize as _requantize
 
 __all__ = ["qlinear_matmul", "matmul_integer", "AccumulatorOverflowError"]
 
@@ -34,13 +36,45 @@ FLOAT8_TYPES = tuple(
 )
 
 
-def _matmul_accumulate(a, a_zero_point, b, b_zero_point) -> np.ndarray:
-    """Exact accumulator (int64 values) ``(a - a_zero_point) @ (b - b_zero_point)``. Fast kernel slots in here.
+def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.ndarray:
+    """Exact int32 accumulator ``(a - a_zero_point) @ (b - b_zero_point)``, or with ``requant``
+    ``(multiplier, y_zero_point, y_dtype, mode)`` its requantization, fused into the GEMM's store.
 
     a: (..., M, K), b: (..., K, N), both at least 2-D, int8/uint8; a_zero_point: 0-d or broadcastable
-    (..., M, 1) of a's dtype; b_zero_point: 0-d, (N,) or (..., 1, N) of b's dtype.
+    (..., M, 1) of a's dtype; b_zero_point: 0-d, (N,) or (..., 1, N) of b's dtype; the multiplier
+    broadcasts against the (..., M, N) result.
     """
-    return _reference_matmul_accumulate(a, a_zero_point, b, b_zero_point)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_b = np.broadcast_to(a, batch + (m, k))
+    b_b = np.broadcast_to(b, batch + (k, n))
+    a_zp = np.asarray(a_zero_point)
+    a_zp = np.broadcast_to(a_zp.reshape(1, 1) if a_zp.ndim == 0 else a_zp, batch + (m, 1))
+    b_zp = np.asarray(b_zero_point)
+    b_zp = np.broadcast_to(b_zp.reshape(1, -1) if b_zp.ndim <= 1 else b_zp, batch + (1, n))
+    out_dtype = np.int32 if requant is None else requant[2]
+    out = np.empty(batch + (m, n), out_dtype)
+    multiplier = None if requant is None else np.broadcast_to(np.asarray(requant[0]), batch + (m, n))
+    shared_b = b.ndim == 2  # constant weights: packed once
+    packed = integer_gemm.pack_weights(b, b_zp[(0,) * len(batch)].reshape(-1)) if shared_b else None
+    for index in np.ndindex(*batch):
+        weights = packed if shared_b else integer_gemm.pack_weights(b_b[index], b_zp[index].reshape(-1))
+        rq = None
+        if requant is not None:
+            rq = (_compact(multiplier[index]), requant[1], requant[2], requant[3])
+        out[index] = integer_gemm.gemm(a_b[index], a_zp[index].reshape(-1), weights, requant=rq)
+    return out
+
+
+def _compact(multiplier: np.ndarray) -> np.ndarray:
+    """A broadcast (M, N) multiplier in the smallest form the GEMM's store takes: scalar, (N,), (M, 1)."""
+    if multiplier.strides == (0, 0):
+        return multiplier[0, 0]
+    if multiplier.strides[0] == 0:
+        return np.ascontiguousarray(multiplier[0])
+    if multiplier.strides[1] == 0:
+        return np.ascontiguousarray(multiplier[:, :1])
+    return np.ascontiguousarray(multiplier)
 
 
 def _as_matrices(func: str, a: np.ndarray, b: np.ndarray, a_name: str, b_name: str):
@@ -159,13 +193,12 @@ def qlinear_matmul(
     b_zero_point = _column_param(func, "b_zero_point", qa.zero_point(func, "b_zero_point", b_zero_point, b.dtype, "b"), b2, "b")
     y_zero_point = qa.require_per_tensor(func, "y_zero_point", qa.output_zero_point(func, "y_zero_point", y_zero_point))
 
-    acc = _matmul_accumulate(a2, a_zero_point, b2, b_zero_point)
-    qa.check_int32(func, acc, "(a - a_zero_point) @ (b - b_zero_point)")
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
         multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
     if not np.all(np.isfinite(multiplier.astype(np.float64))):
         raise ValueError(f"{func}: a_scale * b_scale / y_scale overflows {multiplier.dtype}; the requantization multiplier must be finite")
-    y = _requantize(acc, multiplier, y_zero_point, requantize)
+    y = qa.int32_kernel(func, "(a - a_zero_point) @ (b - b_zero_point)", _matmul_accumulate,
+                        a2, a_zero_point, b2, b_zero_point, requant=(multiplier, y_zero_point, y_zero_point.dtype, requantize))
     return _restore_vector_axes(y, a, b)
 
 
@@ -181,6 +214,6 @@ def matmul_integer(A, B, a_zero_point=None, b_zero_point=None) -> np.ndarray:
     a2, b2 = _as_matrices(func, A, B, "A", "B")
     a_zero_point = _row_param(func, "a_zero_point", qa.zero_point(func, "a_zero_point", a_zero_point, A.dtype, "A"), a2, "A")
     b_zero_point = _column_param(func, "b_zero_point", qa.zero_point(func, "b_zero_point", b_zero_point, B.dtype, "B"), b2, "B")
-    acc = _matmul_accumulate(a2, a_zero_point, b2, b_zero_point)
-    qa.check_int32(func, acc, "(A - a_zero_point) @ (B - b_zero_point)")
-    return _restore_vector_axes(acc.astype(np.int32), A, B)
+    acc = qa.int32_kernel(func, "(A - a_zero_point) @ (B - b_zero_point)", _matmul_accumulate,
+                          a2, a_zero_point, b2, b_zero_point)
+    return _restore_vector_axes(acc, A, B)
