@@ -23,6 +23,9 @@ _TWO_31 = np.float32(2.0**31)
 
 # modes, as `qlinear.kernels.tf_quantize` numbers them
 Q_SCALED_EVEN, Q_SCALED_AWAY, Q_COMBINED_SIGNED, Q_COMBINED_UNSIGNED, Q_FIRST = 0, 1, 2, 3, 4
+# The same modes without the flushes that cannot change the integer result for the slice constants at hand
+# (`qlinear.kernels.tf_quantize._no_flush` decides): mode + Q_NO_FLUSH.
+Q_NO_FLUSH = 5
 DQ_COMBINED, DQ_FIRST, DQ_SCALED, DQ_SCALED_WRAP = 0, 1, 2, 3
 
 
@@ -66,23 +69,36 @@ def _to_int_bits(r, nan_value):
 @njit(inline="always", **_JIT)  # inlined in numba's IR, so each loop sees a constant mode
 def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
     """One element. SCALED: a=scale, b=out_min, c=out_max. MIN_COMBINED: a=scale, b=min, c=max.
-    MIN_FIRST: a=range_scale, b=offset."""
-    x = _ftz(x)  # DAZ
-    if mode == Q_SCALED_EVEN or mode == Q_SCALED_AWAY:
+    MIN_FIRST: a=range_scale, b=offset. ``mode >= Q_NO_FLUSH``: only the flushes listed in
+    `qlinear.kernels.tf_quantize._no_flush` as needed run."""
+    flush = mode < Q_NO_FLUSH
+    base = mode if flush else mode - Q_NO_FLUSH
+    if flush:
+        x = _ftz(x)  # DAZ
+    if base == Q_SCALED_EVEN or base == Q_SCALED_AWAY:
         clamped = _np_maximum(_np_minimum(x, c), b)
-        v = _ftz(np.float32(clamped * a))
-        r = np.rint(v) if mode == Q_SCALED_EVEN else _round_half_away(v)
+        v = np.float32(clamped * a)
+        if flush:
+            v = _ftz(v)
+        r = np.rint(v) if base == Q_SCALED_EVEN else _round_half_away(v)
         return _to_int_bits(r, nan_value)
-    if mode == Q_COMBINED_SIGNED or mode == Q_COMBINED_UNSIGNED:
+    if base == Q_COMBINED_SIGNED or base == Q_COMBINED_UNSIGNED:
         clamped = _np_maximum(_np_minimum(x, c), b)
-        scaled = _ftz(np.float32(_ftz(np.float32(clamped - b)) * a))
-        if mode == Q_COMBINED_SIGNED:
-            r = _round_half_away(_ftz(np.float32(scaled - half_range)))
+        scaled = np.float32(_ftz(np.float32(clamped - b)) * a)
+        if flush:
+            scaled = _ftz(scaled)
+        if base == Q_COMBINED_SIGNED:
+            shifted = np.float32(scaled - half_range)
+            r = _round_half_away(_ftz(shifted) if flush else shifted)
         else:
-            r = np.trunc(_ftz(np.float32(scaled + _HALF)))
+            shifted = np.float32(scaled + _HALF)
+            r = np.trunc(_ftz(shifted) if flush else shifted)
         return _to_int_bits(r, nan_value)
     # MIN_FIRST
-    v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
+    if flush:
+        v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
+    else:
+        v = np.float32(_round_half_away(np.float32(x * a)) - b)
     v = _np_minimum(_np_maximum(v, lower), upper)
     nan = v != v
     as_int = np.int32(_ZERO if nan else v)  # v lies in [-2**31, 2147483520] here: exact in 32 bits
@@ -123,9 +139,28 @@ def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_va
         elif mode == Q_COMBINED_UNSIGNED:
             for k in range(post):
                 os[k] = _quantize_one(xs[k], Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper, nan_value)
-        else:
+        elif mode == Q_FIRST:
             for k in range(post):
                 os[k] = _quantize_one(xs[k], Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
+        elif mode == Q_NO_FLUSH + Q_SCALED_EVEN:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper,
+                                      nan_value)
+        elif mode == Q_NO_FLUSH + Q_SCALED_AWAY:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper,
+                                      nan_value)
+        elif mode == Q_NO_FLUSH + Q_COMBINED_SIGNED:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper,
+                                      nan_value)
+        elif mode == Q_NO_FLUSH + Q_COMBINED_UNSIGNED:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper,
+                                      nan_value)
+        else:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
 
 
 @njit(**_JIT)

@@ -47,6 +47,28 @@ def _launch(name: str, shape: tuple[int, int, int], *args):
     threads.run_chunked(getattr(_numba(), name + "_serial"), items, *args, item_size=size)
 
 
+# Bounds of `_no_flush`: a subnormal times less than 2^124 is below 1/4 in magnitude, and subtracting
+# it from a float of magnitude >= 2^-102 rounds back to that float.
+_NO_FLUSH_SCALE = F32(2.0**124)
+_NO_FLUSH_MIN = F32(2.0**-102)
+
+
+def _no_flush(mode, a, b) -> bool:
+    """Whether the element loop may skip the flushes the integer result cannot see, for these constants.
+
+    Invisible whatever the constants: flushing a value that is next only rounded to an integer (a subnormal
+    rounds to 0 either way, and the sign of a zero does not survive the conversion), and flushing a difference
+    of two integral values or a value shifted by half_range / 0.5 (never subnormal). The input's DAZ is
+    visible only through the next operation: SCALED and MIN_FIRST multiply x by the scale (harmless when
+    every scale < 2^124: the product rounds to 0), MIN_COMBINED subtracts min (harmless when min == 0, since
+    the difference is still flushed, or |min| >= 2^-102, where x - min rounds to -min). The remaining flush
+    (MIN_COMBINED's difference) always runs.
+    """
+    if mode == ref.SCALED or mode == ref.MIN_FIRST:
+        return bool(np.all(np.abs(a) < _NO_FLUSH_SCALE))
+    return bool(np.all((b == 0) | (np.abs(b) >= _NO_FLUSH_MIN)))
+
+
 def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
     if strict or not kernels_enabled():
         return None
@@ -90,6 +112,8 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
         else:
             return None
     a, b, c = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b, c))
+    if _no_flush(mode, a, b):
+        code += nb.Q_NO_FLUSH
     nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
     x = np.ascontiguousarray(x3, F32).reshape(-1)
     out = np.empty(x3.shape, dtype)
