@@ -75,6 +75,7 @@ CASES = [
     ((1, 2, 4, 4), (3, 2, 4, 4), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # a single output pixel
     ((2, 3, 6, 30), (4, 3, 3, 3), 1, (1, 1), (2, 2), (2, 2), (2, 2)),  # stride 1, wide: virtual columns, dilated
     ((2, 6, 40, 33), (5, 6, 1, 1), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # 1x1 unpadded: input used in place
+    ((2, 4, 23, 19), (6, 2, 5, 5), 2, (2, 3), (2, 1), (2, 1), (3, 2)),  # strided 5x5: phase-split input
 ]
 
 
