@@ -22,6 +22,11 @@ from .dtypes import ElementType
 from .granularity import Granularity
 
 
+def is_dask_array(value) -> bool:
+    """A dask array, recognised without importing dask (qlinear does not need it to be installed)."""
+    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
+
+
 def block_aligned_chunks(chunks: tuple[int, ...], block_size: int, function: str) -> tuple[int, ...]:
     """Chunk sizes along the blocked axis whose edges fall on multiples of ``block_size``.
 
@@ -102,3 +107,56 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, gran: Granu
         zero_point=None if x_zero_point is None else np.asarray(x_zero_point), gran=gran, output=output,
     )
     return x.map_blocks(work, dtype=output.dtype, meta=np.empty((0,) * x.ndim, output.dtype))
+
+
+# ------------------------------------------------------------------------------- TensorFlow operators
+def _tf_proxy(x, axis):
+    """A tiny stand-in for x that the NumPy function validates exactly as x: same rank, same length along
+    the quantization axis (the only data-independent facts the checks read)."""
+    shape = [1] * x.ndim
+    if isinstance(axis, (int, np.integer)) and 0 <= axis < x.ndim:
+        shape[axis] = x.shape[axis]
+    return np.zeros(shape, x.dtype)
+
+
+def _tf_whole_axis(x, axis):
+    """TensorFlow runs its per-tensor path for a slice count of 1, so a per-axis call keeps the whole axis in
+    every chunk (a chunk holding one slice would otherwise take the other path)."""
+    if isinstance(axis, (int, np.integer)) and 0 <= axis < x.ndim and len(x.chunks[axis]) > 1:
+        return x.rechunk({int(axis): -1})
+    return x
+
+
+def _tf_quantize_chunk(chunk, *, min_range, max_range, T, kwargs):
+    from .tf.quantize import quantize_v2
+
+    return quantize_v2(chunk, min_range, max_range, T, **kwargs)[0]
+
+
+def _tf_dequantize_chunk(chunk, *, min_range, max_range, kwargs):
+    from .tf.quantize import dequantize
+
+    return dequantize(chunk, min_range, max_range, **kwargs)
+
+
+def tf_quantize_v2(x, min_range, max_range, T, **kwargs):
+    """qlinear.tf.quantize_v2 on a dask array: the output lazily, chunk by chunk; output_min and
+    output_max (which depend on the ranges only) as NumPy values, computed now."""
+    from .tf.quantize import quantize_v2
+
+    min_range, max_range = np.asarray(min_range), np.asarray(max_range)
+    proxy, out_min, out_max = quantize_v2(_tf_proxy(x, kwargs.get("axis", -1)), min_range, max_range, T, **kwargs)
+    x = _tf_whole_axis(x, kwargs.get("axis", -1))
+    work = functools.partial(_tf_quantize_chunk, min_range=min_range, max_range=max_range, T=T, kwargs=kwargs)
+    return x.map_blocks(work, dtype=proxy.dtype, meta=np.empty((0,) * x.ndim, proxy.dtype)), out_min, out_max
+
+
+def tf_dequantize(x, min_range, max_range, **kwargs):
+    """qlinear.tf.dequantize on a dask array, lazily, chunk by chunk."""
+    from .tf.quantize import dequantize
+
+    min_range, max_range = np.asarray(min_range), np.asarray(max_range)
+    proxy = dequantize(_tf_proxy(x, kwargs.get("axis", -1)), min_range, max_range, **kwargs)
+    x = _tf_whole_axis(x, kwargs.get("axis", -1))
+    work = functools.partial(_tf_dequantize_chunk, min_range=min_range, max_range=max_range, kwargs=kwargs)
+    return x.map_blocks(work, dtype=proxy.dtype, meta=np.empty((0,) * x.ndim, proxy.dtype))

@@ -12,6 +12,8 @@ import numbers
 import numpy as np
 
 from .. import dtypes, granularity as granularity_mod, schemas
+from .. import dask_adapter
+from ..dask_adapter import is_dask_array
 from ..dtypes import ElementType
 from ..kernels import quantize_linear as kernels
 from ..reference import quantize_linear as reference
@@ -26,11 +28,6 @@ def _label(schema: schemas.Schema) -> str:
 
 def _has_dtype(value) -> bool:
     return isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "dtype")
-
-
-def is_dask_array(value) -> bool:
-    """A dask array, recognised without importing dask (qlinear does not need it to be installed)."""
-    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
 
 
 def _array(value, function: str, name: str, default: ElementType | None, allowed: tuple[str, ...], schema,
@@ -193,7 +190,6 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
     x, y_scale, y_zero_point, gran, output, saturate, division = _prepare_quantize(
         x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset)
     if is_dask_array(x):
-        from .. import dask_adapter
         return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
     result = kernels.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
     if result is None:  # no kernel for this case (or kernels switched off): the reference
@@ -257,7 +253,6 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     x, x_type, x_scale, x_zero_point, gran, output = _prepare_dequantize(
         x, x_scale, x_zero_point, axis, block_size, output_dtype, opset)
     if is_dask_array(x):
-        from .. import dask_adapter
         return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
     result = kernels.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
     if result is None:

@@ -15,7 +15,8 @@ import operator
 import ml_dtypes
 import numpy as np
 
-from qlinear import dtypes
+from qlinear import dask_adapter, dtypes
+from qlinear.dask_adapter import is_dask_array
 from qlinear.reference import tf_quantize as _ref
 
 __all__ = ["quantize_v2", "dequantize", "TF_QUANTIZED_TYPES"]
@@ -178,6 +179,10 @@ def quantize_v2(
     docs/semantics.md.
     """
     func = "quantize_v2"
+    if is_dask_array(input):
+        return dask_adapter.tf_quantize_v2(
+            input, min_range, max_range, T, mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis,
+            ensure_minimum_range=ensure_minimum_range, strict=strict)
     x = _float_input(func, input)
     dtype = resolve_quantized_type(T, func)
     mode = _choice(func, "mode", mode, MODES, "mode")
@@ -272,6 +277,9 @@ def dequantize(
     rounds once.
     """
     func = "dequantize"
+    if is_dask_array(input):
+        return dask_adapter.tf_dequantize(input, min_range, max_range, mode=mode, narrow_range=narrow_range,
+                                          axis=axis, dtype=dtype, strict=strict)
     if not hasattr(input, "dtype"):
         raise TypeError(
             f"{func}: input must be an array of int8, uint8, int16, uint16 or int32 (its dtype is the quantized "
