@@ -8,6 +8,7 @@ Dequantize.
 from . import tf
 from .ops.dynamic import dynamic_quantize_linear
 from .errors import AccumulatorOverflowError
+from .kernels.threads import get_num_threads, set_num_threads
 from .ops.qlinear_conv import conv_integer, prepack_conv, qlinear_conv
 from .ops.qlinear_matmul import matmul_integer, qlinear_matmul
 from .ops.quantize_linear import dequantize_linear, quantize_linear
@@ -25,6 +26,8 @@ __all__ = [
     "matmul_integer",
     "dynamic_quantize_linear",
     "AccumulatorOverflowError",
+    "set_num_threads",
+    "get_num_threads",
     "tf",
 ]
 __version__ = "0.1.0"

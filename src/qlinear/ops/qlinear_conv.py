@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qlinear.kernels import im2col
-from qlinear.kernels.im2col import PackedConv
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.conv import conv_accumulate as _reference_conv_accumulate
@@ -130,6 +128,7 @@ def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry
     w_zero_point: 0-d or (M,) of w's dtype; B: (M,) int32 or None; packed: w's PackedConv, if any.
     """
     if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
+        im2col = _im2col()
         if packed is None:
             packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
         return im2col.conv(x, x_zero_point, packed, B, geometry)
@@ -147,7 +146,14 @@ def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry
     )
 
 
-def prepack_conv(w, w_zero_point=None, *, group=1) -> PackedConv:
+def _im2col():
+    """The kernel module, imported on first use: it imports numba, which `import qlinear` must not."""
+    from qlinear.kernels import im2col
+
+    return im2col
+
+
+def prepack_conv(w, w_zero_point=None, *, group=1):
     """Pack convolution weights once, for repeated `qlinear_conv` / `conv_integer` calls.
 
     Pass the result as ``w`` (with the same ``w_zero_point`` and ``group``); the packing, and the
@@ -169,13 +175,13 @@ def prepack_conv(w, w_zero_point=None, *, group=1) -> PackedConv:
     w_zero_point = _per_output_channel(func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), w.shape[0])
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1 or w.shape[0] % group:
         raise ValueError(f"{func}: group must be a positive divisor of M={w.shape[0]}, got {group!r}")
-    return im2col.prepack_conv(w, w_zero_point, int(group))
+    return _im2col().prepack_conv(w, w_zero_point, int(group))
 
 
 def _unpack_weights(func: str, w, w_zero_point, group):
     """``w`` as an array, and its PackedConv when the caller passed one (whose zero point and group must
     be the ones given now)."""
-    if not isinstance(w, PackedConv):
+    if type(w).__name__ != "PackedConv" or type(w).__module__ != "qlinear.kernels.im2col":
         return w, None
     packed = w
     given = np.broadcast_to(np.asarray(w_zero_point if w_zero_point is not None else 0), (packed.out_channels,))
@@ -266,6 +272,7 @@ def qlinear_conv(
     _check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
     if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
         # the kernels fuse the requantization into their store (same arithmetic as the reference's)
+        im2col = _im2col()
         if packed is None:
             packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
         requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from qlinear.kernels import integer_gemm
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
@@ -44,6 +43,8 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
     (..., M, 1) of a's dtype; b_zero_point: 0-d, (N,) or (..., 1, N) of b's dtype; the multiplier
     broadcasts against the (..., M, N) result.
     """
+    from qlinear.kernels import integer_gemm  # imports numba: on first use, never at `import qlinear`
+
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a_b = np.broadcast_to(a, batch + (m, k))
