@@ -94,7 +94,7 @@ def test_node_errors_name_the_node_and_keep_qlinears_exception_type():
         [("xs", np.float32(1)), ("xz", np.uint8(0)), ("w", np.full((1, 1, 1, 1), 255, np.uint8)), ("ws", np.float32(1)),
          ("wz", np.uint8(0)), ("ys", np.float32(1)), ("yz", np.uint8(0)), ("b", np.array([2**31 - 1], np.int32))],
     )
-    with pytest.raises(qlinear.ops._quant_args.AccumulatorOverflowError, match=r"^node 'big' \(QLinearConv\): qlinear_conv: ") as caught:
+    with pytest.raises(qlinear.AccumulatorOverflowError, match=r"^node 'big' \(QLinearConv\): qlinear_conv: ") as caught:
         qonnx.run(model, {"x": np.full((1, 1, 1, 1), 255, np.uint8)})
     assert isinstance(caught.value, OverflowError)
 
@@ -208,3 +208,58 @@ def test_callers_own_classes_take_precedence_in_qlinear_evaluator():
     ours = qonnx.QlinearEvaluator(model, new_ops=[DequantizeLinear]).run(None, feeds)[0]
     assert np.all(ours == -1)
     np.testing.assert_array_equal(qonnx.QlinearEvaluator(model).run(None, feeds)[0], run_reference(model, feeds)[0])
+
+
+def _conv_nodes(session):
+    return [node for node in session.rt_nodes_ if node.op_type in ("QLinearConv", "ConvInteger")]
+
+
+def test_constant_convolution_weights_are_packed_once_and_reused():
+    model = qoperator_chain(np.int8)
+    session = qonnx.evaluator(model)
+    feeds = float_input(model, 0)
+    first = qonnx.run(session, feeds)["y"]
+    packed = [node._packed[3] for node in _conv_nodes(session)]
+    packed_type = type(qlinear.prepack_conv(np.zeros((1, 1, 1, 1), np.int8)))
+    assert len(packed) == 2 and all(isinstance(p, packed_type) for p in packed)
+    second = qonnx.run(session, feeds)["y"]
+    assert [node._packed[3] for node in _conv_nodes(session)] == packed  # the same objects
+    np.testing.assert_array_equal(first, second, strict=True)
+    np.testing.assert_array_equal(first, run_reference(model, feeds)[0], strict=True)
+    # the initializers packed are read-only copies: nothing can change them behind the cache
+    with pytest.raises(ValueError, match="read-only"):
+        session.rt_inits_["w1"][...] = 0
+
+
+def test_writeable_or_runtime_weights_are_not_cached():
+    """A user's own ReferenceEvaluator keeps writeable initializers: the op classes pack nothing, and changing
+    the weights in place between runs changes the result as it must. A weight zero point fed at run time
+    (a graph input) gives the reference's result for each value."""
+    model = qoperator_chain(np.uint8)
+    feeds = float_input(model, 0)
+    session = ReferenceEvaluator(model, new_ops=list(ops.OPS))  # read-only views of the model's bytes
+    session.run(None, feeds)
+    assert all(node._packed is None for node in _conv_nodes(session))
+    session.rt_inits_["w1"] = np.array(session.rt_inits_["w1"])  # writeable, owning its data
+    before = session.run(None, feeds)[0]
+    assert all(node._packed is None for node in _conv_nodes(session))
+    session.rt_inits_["w1"][...] = 7
+    changed = session.run(None, feeds)[0]
+    assert not np.array_equal(changed, before)
+    reference = ReferenceEvaluator(model)
+    reference.rt_inits_["w1"] = np.full_like(reference.rt_inits_["w1"], 7)
+    np.testing.assert_array_equal(changed, reference.run(None, feeds)[0], strict=True)
+
+    node = helper.make_node("ConvInteger", ["x", "w", "", "wz"], ["y"])
+    w = np.random.default_rng(3).integers(0, 256, (4, 2, 3, 3)).astype(np.uint8)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 5, 5]),
+                      helper.make_tensor_value_info("wz", TensorProto.UINT8, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 3, 3])], [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    session = qonnx.evaluator(model)
+    x = np.random.default_rng(4).integers(0, 256, (1, 2, 5, 5)).astype(np.uint8)
+    for zero_point in (0, 200, 0, 17):
+        feeds = {"x": x, "wz": np.array(zero_point, np.uint8)}
+        np.testing.assert_array_equal(qonnx.run(session, feeds)["y"], run_reference(model, feeds)[0], strict=True)
+        assert _conv_nodes(session)[0]._packed[1] == zero_point

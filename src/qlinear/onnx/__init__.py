@@ -53,6 +53,19 @@ class QlinearEvaluator(ReferenceEvaluator):
         # The evaluator keeps the first class given per operator: a caller's own classes win over qlinear's.
         super().__init__(proto, *args, new_ops=[*(new_ops or ()), *self.default_new_ops], **kwargs)
 
+    def _init(self) -> None:
+        super()._init()
+        # Convolution weights that are initializers become read-only arrays owning their data, which the op
+        # classes may pack once and reuse (ops._ConvWeights): nothing can change them between runs.
+        weights = {node.input[i] for node in self.nodes_ for op_type, i in (("QLinearConv", 3), ("ConvInteger", 1))
+                   if node.op_type == op_type and node.domain in ("", "ai.onnx") and len(node.input) > i}
+        for name in weights & self.rt_inits_.keys():
+            value = self.rt_inits_[name]
+            if isinstance(value, np.ndarray):
+                frozen = np.array(value, copy=True)
+                frozen.flags.writeable = False
+                self.rt_inits_[name] = frozen
+
 
 @functools.cache
 def _evaluator_class(requantize: str) -> type[QlinearEvaluator]:

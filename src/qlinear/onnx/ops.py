@@ -109,10 +109,47 @@ class DequantizeLinear(_QlinearOp):
                            **self._node_attributes(attributes)),)
 
 
-class QLinearConv(_QlinearOp):
+class _ConvWeights:
+    """Packs a convolution's constant weights once (`qlinear.prepack_conv`), as runtimes do.
+
+    Only an array that is read-only and owns its data is treated as constant: `QlinearEvaluator` makes the
+    initializers it feeds to QLinearConv/ConvInteger such arrays, so the same object with the same content
+    arrives on every run. Anything else (weights computed at run time, a user's writeable arrays) is
+    passed through unpacked. qlinear_conv/conv_integer also reject packed weights whose zero point or group
+    differ from the node's.
+    """
+
+    _packed: tuple | None = None  # (w, w_zero_point copy, group, PackedConv)
+
+    def _weights(self, w, w_zero_point, attributes: dict):
+        if not isinstance(w, np.ndarray) or w.flags.writeable or w.base is not None:
+            return w
+        group = attributes.get("group", 1)
+        cached = self._packed
+        if (cached is not None and cached[0] is w and cached[2] == group
+                and _same_value(cached[1], w_zero_point)):
+            return cached[3]
+        try:
+            packed = qlinear.prepack_conv(w, w_zero_point, group=group)
+        except (TypeError, ValueError):  # qlinear_conv reports the problem with every argument in view
+            return w
+        self._packed = (w, None if w_zero_point is None else np.array(w_zero_point, copy=True), group, packed)
+        return packed
+
+
+def _same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    b = np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+class QLinearConv(_ConvWeights, _QlinearOp):
     def _run(self, *inputs, **attributes):
-        return (self._call(qlinear.qlinear_conv, *_optional(inputs, 9), requantize=self.requantize,
-                           **self._node_attributes(attributes)),)
+        given = self._node_attributes(attributes)
+        args = _optional(inputs, 9)
+        args[3] = self._weights(args[3], args[5], given)
+        return (self._call(qlinear.qlinear_conv, *args, requantize=self.requantize, **given),)
 
 
 class QLinearMatMul(_QlinearOp):
@@ -121,9 +158,12 @@ class QLinearMatMul(_QlinearOp):
                            **self._node_attributes(attributes)),)
 
 
-class ConvInteger(_QlinearOp):
+class ConvInteger(_ConvWeights, _QlinearOp):
     def _run(self, *inputs, **attributes):
-        return (self._call(qlinear.conv_integer, *_optional(inputs, 4), **self._node_attributes(attributes)),)
+        given = self._node_attributes(attributes)
+        args = _optional(inputs, 4)
+        args[1] = self._weights(args[1], args[3], given)
+        return (self._call(qlinear.conv_integer, *args, **given),)
 
 
 class MatMulInteger(_QlinearOp):
