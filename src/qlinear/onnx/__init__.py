@@ -92,21 +92,37 @@ def _declared_dtype(type_proto) -> np.dtype | None:
         return None
 
 
-def _check_input(function: str, name: str, value: np.ndarray, type_proto) -> None:
-    expected = _declared_dtype(type_proto)
+def _declared_dims(type_proto) -> tuple[int | None, ...] | None:
+    """The declared shape, None per symbolic dimension; None when the shape is not declared."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+
+
+def _input_spec(session: ReferenceEvaluator) -> tuple[dict, list[str]]:
+    """{input name: (dtype or None, dims or None)} and the names the caller must feed; computed once per
+    evaluator (reading the protobuf graph costs more than the checks)."""
+    spec = session.__dict__.get("_qlinear_input_spec")
+    if spec is None:
+        graph = session.proto_.graph
+        initialized = {init.name for init in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+        declared = {value.name: (_declared_dtype(value.type), _declared_dims(value.type)) for value in graph.input}
+        spec = declared, [name for name in declared if name not in initialized]
+        session.__dict__["_qlinear_input_spec"] = spec
+    return spec
+
+
+def _check_input(function: str, name: str, value: np.ndarray, expected: np.dtype | None, dims) -> None:
     if expected is not None and value.dtype != expected:
         raise TypeError(f"{function}: input {name!r} must have the model's type {expected}, got {value.dtype}")
-    tensor_type = type_proto.tensor_type
-    if not type_proto.HasField("tensor_type") or not tensor_type.HasField("shape"):
+    if dims is None:
         return
-    dims = tensor_type.shape.dim
     if len(dims) != value.ndim:
         raise ValueError(f"{function}: input {name!r} must have rank {len(dims)} (the model's), got shape {value.shape}")
     for axis, (dim, size) in enumerate(zip(dims, value.shape)):
-        if dim.HasField("dim_value") and dim.dim_value != size:
+        if dim is not None and dim != size:
             raise ValueError(
-                f"{function}: input {name!r} must have size {dim.dim_value} along axis {axis} (the model's), "
-                f"got shape {value.shape}"
+                f"{function}: input {name!r} must have size {dim} along axis {axis} (the model's), got shape {value.shape}"
             )
 
 
@@ -131,10 +147,7 @@ def run(model, inputs: Mapping[str, np.ndarray], *, requantize: str | None = Non
     if not isinstance(inputs, Mapping):
         raise TypeError(f"{function}: inputs must be a mapping of input names to arrays, got {type(inputs).__name__}")
 
-    graph = session.proto_.graph
-    initialized = {init.name for init in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
-    declared = {value.name: value.type for value in graph.input}
-    required = [name for name in declared if name not in initialized]
+    declared, required = _input_spec(session)
     unknown = sorted(set(inputs) - declared.keys())
     if unknown:
         raise ValueError(f"{function}: unknown input {unknown[0]!r}; the model's inputs are {required}")
@@ -146,7 +159,7 @@ def run(model, inputs: Mapping[str, np.ndarray], *, requantize: str | None = Non
         if not isinstance(value, (np.ndarray, np.generic)):
             raise TypeError(f"{function}: input {name!r} must be a NumPy array, got {type(value).__name__}")
         value = np.asarray(value)
-        _check_input(function, name, value, declared[name])
+        _check_input(function, name, value, *declared[name])
         feeds[name] = value
 
     names = list(session.output_names) if outputs is None else list(outputs)
