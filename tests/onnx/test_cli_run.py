@@ -145,3 +145,22 @@ def test_missing_peers_are_user_errors(chain):
     assert out.stderr.strip() == (
         "qlinear run: error: qlinear.onnx needs the onnx package, which is not installed: pip install 'qlinear[onnx]'"
     )
+
+
+def test_json_report_is_strict_json_with_nan_outputs(tmp_path, capsys):
+    """A NaN in an output (DequantizeLinear of a float8 NaN) makes its range null in the JSON report. The float8
+    input comes from a .npy, which stores ml_dtypes types as raw bytes (|V1): read as the model's type."""
+    import ml_dtypes
+
+    node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+                              [onnx.numpy_helper.from_array(np.float32(2), "s")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "f8.onnx")
+    np.save(tmp_path / "x.npy", np.array([1, np.nan, -2], ml_dtypes.float8_e4m3fn))
+    assert main(["run", str(tmp_path / "f8.onnx"), "--input", str(tmp_path / "x.npy"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["outputs"]
+    assert row["min"] is None and row["max"] is None
+    assert main(["run", str(tmp_path / "f8.onnx"), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz") as saved:
+        np.testing.assert_array_equal(saved["y"], np.array([2, np.nan, -4], np.float32))

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from qlinear.io.errors import UserError
-from qlinear.onnx import evaluator, run
+from qlinear.onnx import _input_spec, evaluator, run
 
 
 def _load_model(path: Path) -> onnx.ModelProto:
@@ -88,6 +88,19 @@ def _difference(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, int]:
     return (float("nan") if np.isnan(gap).any() else float(gap.max())), int(differing.sum())
 
 
+def _as_declared_small_types(inputs: dict[str, np.ndarray], declared: dict) -> dict[str, np.ndarray]:
+    """.npy cannot record ml_dtypes types (float8, int4, ...): np.save writes their bytes as a void type
+    (|V1), which is read back here as the type the model declares when the item sizes agree."""
+    converted = {}
+    for name, value in inputs.items():
+        expected = declared.get(name, (None, None))[0]
+        if (value.dtype.kind == "V" and value.dtype.names is None and expected is not None
+                and expected != value.dtype and expected.itemsize == value.dtype.itemsize):
+            value = value.view(expected)
+        converted[name] = value
+    return converted
+
+
 def _require_onnxruntime() -> None:
     try:
         import onnxruntime  # noqa: F401
@@ -108,7 +121,9 @@ def run_command(args) -> int:
         if Path(args.output).suffix != ".npz":
             raise UserError(f"{args.output}: the outputs are written as .npz; give a name ending in .npz")
     try:
-        results = run(evaluator(model, requantize=args.requantize), inputs)
+        session = evaluator(model, requantize=args.requantize)
+        inputs = _as_declared_small_types(inputs, _input_spec(session)[0])
+        results = run(session, inputs)
     except (TypeError, ValueError) as error:
         raise UserError(str(error).splitlines()[0]) from None
     except (NotImplementedError, RuntimeError) as error:  # an operator neither onnx's reference nor qlinear implements, ...
@@ -130,7 +145,12 @@ def run_command(args) -> int:
         with atomic_output(Path(args.output)) as f:
             np.savez(f, **results)
     if args.json:
-        print(json.dumps({"model": args.model, "requantize": args.requantize, "outputs": rows}))
+        # strict JSON has no NaN/Infinity: such a range or difference (NaN on one side only, a shape mismatch) is null
+        for row in rows:
+            for key in ("min", "max", "max_abs_difference"):
+                if isinstance(row.get(key), float) and not np.isfinite(row[key]):
+                    row[key] = None
+        print(json.dumps({"model": args.model, "requantize": args.requantize, "outputs": rows}, allow_nan=False))
         return 0
     for row in rows:
         line = f"{row['output']}: {row['dtype']} {tuple(row['shape'])}"
