@@ -326,48 +326,14 @@ _drivers: dict = {}
 
 
 def tile_driver(path: str, bcast_unsigned: bool):
-    """The parallel tile loop for ``path`` (compiled lazily, once per process; cached on disk)."""
+    """The parallel tile loop for ``path`` (qlinear.kernels._drivers; compiled lazily, cached on disk)."""
     key = (path, bcast_unsigned)
     fn = _drivers.get(key)
-    if fn is not None:
-        return fn
-    from qlinear.kernels._microkernel import make_microkernel
+    if fn is None:
+        from qlinear.kernels._drivers import DRIVERS
 
-    op, mr, nv, lanes, _g, _feat = PATHS[path]
-    nr = nv * lanes
-    mk = make_microkernel(op, mr, nv, bcast_unsigned)
-
-    @njit(cache=True, parallel=True)
-    def run_tiles(P, Q, ksteps, m_total, n_total, mb, nb, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
-        mp = (m_total + mr - 1) // mr
-        npn = (n_total + nr - 1) // nr
-        n_mblocks = (mp + mb - 1) // mb
-        n_nblocks = (npn + nb - 1) // nb
-        for t in prange(n_mblocks * n_nblocks):
-            ib = t % n_mblocks
-            jb = t // n_mblocks
-            i_lo = ib * mb
-            i_hi = min(mp, i_lo + mb)
-            j_lo = jb * nb
-            j_hi = min(npn, j_lo + nb)
-            # the task's whole block of sums, then one epilogue over long rows: per-tile epilogues cost
-            # more than the tile's own arithmetic when K is small (1x1 convolutions)
-            ldc = (j_hi - j_lo) * nr
-            cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
-            accrow = np.empty(ldc, np.int32)
-            for jp in range(j_lo, j_hi):
-                for ip in range(i_lo, i_hi):
-                    mk(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            i0 = i_lo * mr
-            j0 = j_lo * nr
-            _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-                      rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
-                      row_off, col_off, out32, out8, accrow)
-
-    _drivers[key] = run_tiles
-    return run_tiles
+        fn = _drivers[key] = DRIVERS[key]
+    return fn
 
 
 def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
