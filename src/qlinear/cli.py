@@ -69,6 +69,10 @@ NAME.zero_point, plus metadata so that `qlinear dequantize` restores the float t
 become QDQ models: each selected float initializer is replaced by a quantized initializer and a
 DequantizeLinear node (the opset is raised when the type or granularity needs it).
 
+A .zarr store (one array, or a group of arrays) gives a .zarr store with the same three arrays per
+tensor, quantized values one element per byte (never packed, so chunks stay independent), through
+dask chunk by chunk: larger-than-memory arrays are fine. --chunks SIZE does the same for tensor files.
+
 Default axis: per-axis 0 and blocked the last axis for tensor files; for ONNX weights the output
 channel (per-axis) and the reduction dimension K (blocked) of the MatMul/Gemm/Conv that reads them.
 """
@@ -82,7 +86,7 @@ def _add_quantize(commands) -> None:
         "the bytes saved.",
         epilog=QUANTIZE_EPILOG, formatter_class=_FORMATTER,
     )
-    p.add_argument("input", metavar="INPUT", help="a .npy, .npz, .safetensors or .onnx file")
+    p.add_argument("input", metavar="INPUT", help="a .npy, .npz, .safetensors or .onnx file, or a .zarr store")
     p.add_argument("-o", "--output", metavar="OUTPUT",
                    help="where to write (default: INPUT's name with the dtype added, beside INPUT)")
     p.add_argument("--dtype", required=True, metavar="TYPE",
@@ -110,6 +114,10 @@ def _add_quantize(commands) -> None:
     p.add_argument("--plot", metavar="DIR",
                    help="write a PNG per tensor (histogram with the quantization levels, per-channel/per-block "
                    "error); needs matplotlib (pip install 'qlinear[plot]')")
+    p.add_argument("--chunks", metavar="SIZE",
+                   help="stream each tensor through dask in chunks of SIZE: bytes of input with a unit (256MiB, "
+                   "1GB) or an element count (1000000); needs dask (pip install 'qlinear[dask]'); tensors above "
+                   "1 GiB use dask with 64MiB chunks without it")
     p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
     p.set_defaults(run=_run_quantize)
 
@@ -126,6 +134,7 @@ def _run_quantize(args) -> int:
 DEQUANTIZE_EPILOG = """\
 examples:
   qlinear dequantize weights-int8.npz -o weights-restored.npz
+  qlinear dequantize big.int8.zarr -o big-restored.zarr
   qlinear dequantize model-int4.safetensors -o model-restored.safetensors
 
 INPUT must be a file written by `qlinear quantize`; the float tensors come back under their original
@@ -136,12 +145,12 @@ names and types, and the tensors that were copied through are copied back unchan
 def _add_dequantize(commands) -> None:
     p = commands.add_parser(
         "dequantize", help="restore the float tensors of a file written by `qlinear quantize`",
-        description="The inverse of `qlinear quantize` for tensor files (.npz, .safetensors).",
+        description="The inverse of `qlinear quantize` for tensor files (.npz, .safetensors) and .zarr stores.",
         epilog=DEQUANTIZE_EPILOG, formatter_class=_FORMATTER,
     )
-    p.add_argument("input", metavar="INPUT", help="a .npz or .safetensors file written by qlinear quantize")
+    p.add_argument("input", metavar="INPUT", help="a .npz or .safetensors file or .zarr store written by qlinear quantize")
     p.add_argument("-o", "--output", metavar="OUTPUT", required=True,
-                   help="where to write (.npz, .safetensors, or .npy for a single tensor)")
+                   help="where to write (.npz, .safetensors, or .npy for a single tensor; .zarr for a .zarr input)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
     p.set_defaults(run=_run_dequantize)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes, report
 from ..granularity import Granularity
-from . import formats, tensors
+from . import chunked, formats, tensors
 from .atomic import atomic_output, check_output
 from .errors import UserError
 
@@ -94,7 +94,19 @@ def quantize_command(args) -> int:
     settings = parse_settings(args, qtype)
     if args.min_elements is not None and args.min_elements < 0:
         raise UserError(f"--min-elements must be >= 0, got {args.min_elements}")
+    chunk_size = chunked.chunk_setting(args)
+    if kind == "onnx" and chunk_size is not None:
+        raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
     output = Path(args.output) if args.output else _default_output(source, qtype, kind)
+    if kind == "zarr":
+        chunked.check_output_store(output, source, args.force)
+        _check_plot_support(args)
+        result = chunked.quantize_store(source, output, settings, args, chunk_size,
+                                        lambda name, dtype, shape: _store_selection(name, dtype, shape, args))
+        report.show(result, as_json=args.json)
+        if args.plot:
+            report.plot(result, Path(args.plot))
+        return 0
     expected = {"npy": "npz"}.get(kind, kind)
     if formats.format_of(output) != expected:
         extra = " (a .npy holds a single array, so the quantized values, scale and zero point go to a .npz)" if kind == "npy" else ""
@@ -111,6 +123,20 @@ def quantize_command(args) -> int:
     if args.plot:
         report.plot(result, Path(args.plot))
     return 0
+
+
+def _store_selection(name: str, dtype, shape, args) -> str | None:
+    """Why a zarr array is copied rather than quantized (None: it is quantized)."""
+    if np.dtype(dtype) not in formats.FLOAT_DTYPES:
+        return f"{np.dtype(dtype)} is not a float type"
+    size = int(np.prod(shape))
+    if size == 0:
+        return "empty"
+    reason = selection_reason(name, args.include, args.exclude)
+    min_elements = 1 if args.min_elements is None else args.min_elements
+    if reason is None and size < min_elements:
+        reason = f"{size} elements, below --min-elements {min_elements}"
+    return reason
 
 
 def quantize_tensor_file(source: Path, output: Path, kind: str, settings: tensors.Settings, args) -> dict:
@@ -196,11 +222,17 @@ def _write_quantized(source, reader, writer, jobs, qtype, settings, args, advanc
         where = f"{source}: tensor {entry.name!r}"
         x = reader.array(entry)
         writer.begin(entry.name)
-        result = tensors.quantize_tensor(
-            where, x, gran, qtype, settings.symmetric,
-            sink=lambda q: writer.write(tensors.to_storage(q, qtype)),
-            plot=bool(args.plot), progress=advance, release=None if x.ndim == 0 else formats.page_releaser(x, entry),
-        )
+        chunk_size = chunked.dask_chunking(args, entry.nbytes)
+        if chunk_size is not None:
+            result = chunked.quantize_tensor_dask(where, x, gran, qtype, settings.symmetric, chunk_size,
+                                                  writer.write, progress=advance)
+        else:
+            result = tensors.quantize_tensor(
+                where, x, gran, qtype, settings.symmetric,
+                sink=lambda q: writer.write(tensors.to_storage(q, qtype)),
+                plot=bool(args.plot), progress=advance,
+                release=None if x.ndim == 0 else formats.page_releaser(x, entry),
+            )
         writer.end()
         del x
         writer.begin(entry.name + ".scale")
@@ -227,6 +259,13 @@ def _storage(qtype, shape):
 def dequantize_command(args) -> int:
     source = Path(args.input)
     kind = formats.format_of(source)
+    if kind == "zarr":
+        if not source.exists():
+            raise UserError(f"{source}: no such file")
+        output = Path(args.output)
+        chunked.check_output_store(output, source, args.force)
+        report.show(chunked.dequantize_store(source, output, args), as_json=args.json)
+        return 0
     if kind not in ("npz", "safetensors"):
         raise UserError(f"{source}: qlinear dequantize reads the .npz and .safetensors files that qlinear quantize "
                         f"writes, not .{kind}")

@@ -41,10 +41,10 @@ _MAX_HEADER = 100 << 20
 
 def format_of(path: Path) -> str:
     suffix = path.suffix.lower()
-    formats = {".npy": "npy", ".npz": "npz", ".safetensors": "safetensors", ".onnx": "onnx"}
+    formats = {".npy": "npy", ".npz": "npz", ".safetensors": "safetensors", ".onnx": "onnx", ".zarr": "zarr"}
     if suffix not in formats:
         raise UserError(f"{path}: unknown format {suffix or '(no extension)'!r}; qlinear reads .npy, .npz, "
-                        f".safetensors and .onnx files")
+                        f".safetensors and .onnx files and .zarr stores")
     return formats[suffix]
 
 
