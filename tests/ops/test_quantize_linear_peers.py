@@ -468,6 +468,18 @@ class Explained:
             self.case, self.x, self.open, qlinear=self.actual, peer=self.expected, **context)
 
 
+def _nearest_small_float(value: float, name: str) -> float:
+    """The finite value of a small float type nearest to ``value`` (exactly, with Fractions), ties to the
+    even code: the conversion's definition, computed from the type's value table alone."""
+    from fractions import Fraction
+
+    codes = np.arange(256, dtype=np.uint8).view(DT[name]).astype(np.float64)
+    table = sorted({(Fraction(v), c & 1) for c, v in enumerate(codes) if np.isfinite(v) and v >= 0})
+    target = abs(Fraction(value))
+    best = min(table, key=lambda entry: (abs(entry[0] - target), entry[1]))
+    return float(best[0]) if value >= 0 else -float(best[0])
+
+
 def quotient(case: Case, x: np.ndarray) -> np.ndarray:
     """x / scale in the spec's division precision (for locating deviations, not as an expected value)."""
     p = DT[case.division_type]
@@ -564,6 +576,26 @@ def _claim_quantize_deviations(check: Explained, case: Case, x, q, extra: dict) 
             wrapped = np.clip((as_int32 + zp + 2**31) % 2**32 - 2**31, info.min, info.max)
             overflow = np.isnan(r) | (np.abs(r) >= 2**31) | (r + zp >= 2**31) | (r + zp < -(2**31))
         saturated = np.where(q > 0, info.max, info.min)  # NaN: the minimum
+
+    if case.quantized in SMALL_FLOATS and case.division_type == "double" and check.peer == "reference":
+        # ml_dtypes narrows float64 through float32 rounded to nearest: twice rounded. qlinear rounds once.
+        target = DT[case.quantized]
+        value = q + zp  # the formula's float64 value (the reference leaves a float8 zero point out)
+        peer_value = q if case.quantized in FLOAT8 else value
+        with np.errstate(all="ignore"):
+            in_range = np.isfinite(value) & (np.abs(value) <= _finfo(case.quantized).max)
+            twice = value.astype(np.float32).astype(target)
+            rounded = value.astype(np.float32)
+            inexact = rounded.astype(np.float64) != value  # locate candidates by rounding to odd first
+            toward_zero = np.where(inexact & (np.abs(rounded) > np.abs(value)), np.nextafter(rounded, np.float32(0)), rounded)
+            once = (toward_zero.view(np.uint32) | inexact.astype(np.uint32)).view(np.float32).astype(target)
+        def double_rounding(mask):
+            oracle = np.array([_nearest_small_float(float(v), case.quantized) for v in value[mask]])
+            assert (actual[mask].astype(np.float64) == oracle).all(), _show(case, x, mask, qlinear=actual)
+            twice_peer = peer_value.astype(np.float32).astype(target)
+            assert same_bits(expected, twice_peer)[mask].all(), _show(case, x, mask, peer=expected)
+        check.claim("float64 to small float rounded twice (ml_dtypes, through float32)",
+                    in_range & ~same_bits(twice, once), double_rounding)
 
     if case.quantized in FLOAT8 and case.zero_point is not None:
         y_without = extra["peer_without_zero_point"]
