@@ -26,6 +26,8 @@ Q_SCALED_EVEN, Q_SCALED_AWAY, Q_COMBINED_SIGNED, Q_COMBINED_UNSIGNED, Q_FIRST = 
 # The same modes without the flushes that cannot change the integer result for the slice constants at hand
 # (`qlinear.kernels.tf_quantize._no_flush` decides): mode + Q_NO_FLUSH.
 Q_NO_FLUSH = 5
+# MIN_COMBINED when every |min| >= 2^-102: not even the flush of clamped - min (it is never subnormal then).
+Q_COMBINED_SIGNED_EXACT, Q_COMBINED_UNSIGNED_EXACT = 10, 11
 DQ_COMBINED, DQ_FIRST, DQ_SCALED, DQ_SCALED_WRAP = 0, 1, 2, 3
 
 
@@ -72,7 +74,8 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
     MIN_FIRST: a=range_scale, b=offset. ``mode >= Q_NO_FLUSH``: only the flushes listed in
     `qlinear.kernels.tf_quantize._no_flush` as needed run."""
     flush = mode < Q_NO_FLUSH
-    base = mode if flush else mode - Q_NO_FLUSH
+    exact_difference = mode >= Q_COMBINED_SIGNED_EXACT
+    base = mode if flush else (mode - Q_NO_FLUSH if not exact_difference else mode - Q_COMBINED_SIGNED_EXACT + 2)
     if flush:
         x = _ftz(x)  # DAZ
     if base == Q_SCALED_EVEN or base == Q_SCALED_AWAY:
@@ -84,7 +87,8 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
         return _to_int_bits(r, nan_value)
     if base == Q_COMBINED_SIGNED or base == Q_COMBINED_UNSIGNED:
         clamped = _np_maximum(_np_minimum(x, c), b)
-        scaled = np.float32(_ftz(np.float32(clamped - b)) * a)
+        difference = np.float32(clamped - b)
+        scaled = np.float32((difference if exact_difference else _ftz(difference)) * a)
         if flush:
             scaled = _ftz(scaled)
         if base == Q_COMBINED_SIGNED:
@@ -158,6 +162,13 @@ def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_va
             for k in range(post):
                 os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper,
                                       nan_value)
+        elif mode == Q_COMBINED_SIGNED_EXACT:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_COMBINED_SIGNED_EXACT, av, bv, cv, half_range, lower, upper, nan_value)
+        elif mode == Q_COMBINED_UNSIGNED_EXACT:
+            for k in range(post):
+                os[k] = _quantize_one(xs[k], Q_COMBINED_UNSIGNED_EXACT, av, bv, cv, half_range, lower, upper,
+                                      nan_value)
         else:
             for k in range(post):
                 os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
@@ -204,6 +215,12 @@ def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper,
     elif mode == Q_NO_FLUSH + Q_COMBINED_UNSIGNED:
         _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_COMBINED_UNSIGNED, half_range, lower,
                                  upper, nan_value, row_start, row_stop)
+    elif mode == Q_COMBINED_SIGNED_EXACT:
+        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_SIGNED_EXACT, half_range, lower, upper,
+                                 nan_value, row_start, row_stop)
+    elif mode == Q_COMBINED_UNSIGNED_EXACT:
+        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_UNSIGNED_EXACT, half_range, lower, upper,
+                                 nan_value, row_start, row_stop)
     else:
         _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_FIRST, half_range, lower, upper,
                                  nan_value, row_start, row_stop)

@@ -114,6 +114,9 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
     a, b, c = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b, c))
     if _no_flush(mode, a, b):
         code += nb.Q_NO_FLUSH
+        if mode == ref.MIN_COMBINED and bool(np.all(np.abs(b) >= _NO_FLUSH_MIN)):
+            # no min is 0 either: clamped - min is never subnormal (see _no_flush)
+            code = nb.Q_COMBINED_SIGNED_EXACT if lo < 0 else nb.Q_COMBINED_UNSIGNED_EXACT
     nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
     x = np.ascontiguousarray(x3, F32).reshape(-1)
     out = np.empty(x3.shape, dtype)
