@@ -106,10 +106,14 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
     nested = RNG.standard_normal((6, 9))
     group.create_array("layer/b", data=nested, chunks=(4, 4))
     out = tmp_path / "g-q.zarr"
+    group.create_array("s", data=np.array(2.5, np.float32))
     result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "-o", out)
+    assert result.returncode == 2 and "tensor 's': a scalar (shape ()) cannot take per-axis" in result.stderr  # as for files
+    result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "--exclude", "s",
+                 "-o", out)
     assert result.returncode == 0, result.stderr
     written = zarr.open_group(out, mode="r")
-    assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["ids"]
+    assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["ids", "s"]
     for name, x in (("w", MATRIX), ("layer/b", nested)):
         q, scale, zero_point, _ = _expected(x, "int8", "axis", 0, 0, False)
         assert np.array_equal(written[name][...], q)
@@ -117,7 +121,8 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
     back = tmp_path / "g-r.zarr"
     assert run("dequantize", out, "-o", back).returncode == 0
     restored = zarr.open_group(back, mode="r")
-    assert sorted(restored.array_keys()) == ["ids", "w"] and restored.attrs["note"] == "kept"
+    assert sorted(restored.array_keys()) == ["ids", "s", "w"] and restored.attrs["note"] == "kept"
+    assert restored["s"][...] == np.float32(2.5)
     assert restored["layer/b"].dtype == np.float64  # back to the source type
     assert np.array_equal(restored["ids"][...], np.arange(10))
 

@@ -239,10 +239,28 @@ class _PackingSink:
             self.rest = None
 
 
+class _ReleasingRows:
+    """Rows of a memory map read as copies, after which their pages are released (``release`` from
+    `formats.page_releaser`), so the resident memory of a pass stays near the chunks in flight."""
+
+    def __init__(self, x, release):
+        self.x, self.release = x, release
+        self.shape, self.dtype, self.ndim = x.shape, x.dtype, x.ndim
+
+    def __getitem__(self, key):
+        rows = np.array(self.x[key])
+        first = key[0] if isinstance(key, tuple) else key
+        if isinstance(first, slice):
+            start, stop, _ = first.indices(self.shape[0])
+            self.release(start, stop)
+        return rows
+
+
 def quantize_tensor_dask(where: str, x, gran: Granularity, qtype, symmetric: bool, size: ChunkSize, write,
-                         progress=None) -> tensors.Quantized:
+                         progress=None, release=None) -> tensors.Quantized:
     """`tensors.quantize_tensor` through dask for an array with NumPy slicing (a memory map): chunks
-    of whole rows, computed one band after another so that ``write`` receives the stored bytes in order."""
+    of whole rows, computed one band after another so that ``write`` receives the stored bytes in order.
+    ``release(start_row, stop_row)``, when given, drops the pages of rows once read."""
     import dask
     import dask.array as da
 
@@ -250,8 +268,10 @@ def quantize_tensor_dask(where: str, x, gran: Granularity, qtype, symmetric: boo
     if scalar:
         x = x.reshape(1)
         gran = Granularity("tensor", (1,))
+        release = None
     chunks = chunks_for(tuple(x.shape), x.dtype, size, gran, rows_only=True)
-    lazy = da.from_array(x, chunks=chunks, asarray=True, lock=False)
+    source = _ReleasingRows(x, release) if release is not None else x
+    lazy = da.from_array(source, chunks=chunks, asarray=True, lock=False, meta=np.empty((0,) * x.ndim, x.dtype))
     scale, zero_point = calibrate_dask(where, lazy, gran, qtype, symmetric)
     if progress is not None:
         progress(x.nbytes / 2)
@@ -412,8 +432,7 @@ def quantize_store(source: Path, output: Path, settings, args, size: ChunkSize |
         if reason is None:
             where = f"{source}: tensor {name!r}"
             default_axis = 0 if settings.kind == "axis" else -1
-            gran = tensors.resolve_granularity(where, tuple(array.shape), settings, default_axis) if array.ndim \
-                else Granularity("tensor", ())
+            gran = tensors.resolve_granularity(where, tuple(array.shape), settings, default_axis)
             for suffix in (".scale", ".zero_point"):
                 if name + suffix in arrays:
                     raise UserError(f"{where}: the store already has an array named {name + suffix!r}, where the "

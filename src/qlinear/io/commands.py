@@ -224,8 +224,9 @@ def _write_quantized(source, reader, writer, jobs, qtype, settings, args, advanc
         writer.begin(entry.name)
         chunk_size = chunked.dask_chunking(args, entry.nbytes)
         if chunk_size is not None:
-            result = chunked.quantize_tensor_dask(where, x, gran, qtype, settings.symmetric, chunk_size,
-                                                  writer.write, progress=advance)
+            result = chunked.quantize_tensor_dask(
+                where, x, gran, qtype, settings.symmetric, chunk_size, writer.write, progress=advance,
+                release=None if x.ndim == 0 else formats.page_releaser(x, entry))
         else:
             result = tensors.quantize_tensor(
                 where, x, gran, qtype, settings.symmetric,
