@@ -212,3 +212,61 @@ def test_conv_bad_arguments_raise_named_errors():
         im2col.prepack_conv(w, np.int8(0), 3)
     with pytest.raises(ValueError, match=r"prepack_conv: w_zero_point must be a scalar or have M=4 elements"):
         im2col.prepack_conv(w, np.zeros(3, I8))
+
+
+# The 3x3 depthwise kernels: _depthwise3x3 (in-kernel padding and phase split), _depthwise with its fused 9-tap
+# loop, and _depthwise's general tap-by-tap loop, each forced in turn (split = use _depthwise3x3).
+DW3X3_KERNELS = {"split": dict(_DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
+                 "fused": dict(_DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
+                 "general": dict(_DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
+
+
+@pytest.fixture(params=list(DW3X3_KERNELS))
+def dw3x3_kernel(request, monkeypatch):
+    for name, value in DW3X3_KERNELS[request.param].items():
+        monkeypatch.setattr(im2col, name, value)
+    return request.param
+
+
+# x shape, channel multiplier, stride, dilation, pads_begin, pads_end: odd and even widths and pad parities
+DW3X3_CASES = [((2, 5, 12, 11), 1, 1, 1, (1, 1), (1, 1)), ((1, 4, 13, 12), 2, 2, 1, (1, 1), (1, 1)),
+               ((1, 3, 12, 13), 1, 2, 1, (0, 1), (1, 0)), ((1, 3, 11, 9), 1, 2, 2, (2, 1), (0, 2)),
+               ((2, 3, 9, 10), 2, 1, 2, (2, 0), (1, 3)), ((1, 6, 3, 3), 1, 2, 1, (0, 0), (0, 0)),
+               ((1, 4, 1, 1), 1, 2, 1, (1, 1), (1, 1)), ((1, 2, 20, 21), 1, 2, 1, (1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("case", DW3X3_CASES)
+@pytest.mark.parametrize("xdt", [U8, I8])
+def test_depthwise3x3_kernels_match_direct_int64(dw3x3_kernel, case, xdt):
+    xs, mult, s, d, pb, pe = case
+    rng = np.random.default_rng(len(xs) * 31 + s * 7 + d)
+    c = xs[1]
+    x = rand(rng, xs, xdt)
+    w = rand(rng, (c * mult, 1, 3, 3), I8)
+    zw = rand(rng, (c * mult,), I8)
+    za = rand(rng, (), xdt)
+    bias = rng.integers(-2**24, 2**24, c * mult).astype(np.int32)
+    g = geo((s, s), (d, d), pb, pe)
+    got = im2col.conv(x, za, im2col.prepack_conv(w, zw, c), bias, g)
+    np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe))
+    # requantized output, per-channel multipliers, against the same accumulator requantized by the fallback
+    m = rng.uniform(1e-6, 1e-4, c * mult).astype(np.float32)
+    y = im2col.conv(x, za, im2col.prepack_conv(w, zw, c), bias, g, (m, U8(128), U8, "float64"))
+    want = np.clip(np.rint(got.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
+    np.testing.assert_array_equal(y, want.astype(U8))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("x_val,za,w_val,zw,bias_val", [(255, 0, -128, 127, -2**31 + 255 * 255 * 9),
+                                                        (0, 255, 127, -128, 2**31 - 1 - 255 * 255 * 9),
+                                                        (255, 0, 127, -128, 2**31 - 1 - 255 * 255 * 9)])
+def test_depthwise3x3_kernels_worst_case(dw3x3_kernel, stride, x_val, za, w_val, zw, bias_val):
+    # every product at its extreme, and a bias that takes the sum to the edge of int32
+    x = np.full((1, 4, 10, 9), x_val, U8)
+    w = np.full((4, 1, 3, 3), w_val, I8)
+    bias = np.full(4, bias_val, np.int32)
+    g = geo((stride, stride), (1, 1), (1, 1), (1, 1))
+    got = im2col.conv(x, U8(za), im2col.prepack_conv(w, np.int8(zw), 4), bias, g)
+    want = direct_conv(x, za, w, zw, bias, 4, (stride, stride), (1, 1), (1, 1), (1, 1))
+    assert want.min() >= -2**31 and want.max() <= 2**31 - 1
+    np.testing.assert_array_equal(got, want)
