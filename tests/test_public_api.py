@@ -21,3 +21,14 @@ def test_public_names():
                  "qlinear_matmul", "matmul_integer", "dynamic_quantize_linear"):
         assert callable(getattr(qlinear, name)), name
     assert callable(qlinear.tf.quantize_v2) and callable(qlinear.tf.dequantize)
+
+
+def test_qlinear_onnx_is_imported_on_first_use():
+    code = (
+        "import sys, qlinear\n"
+        "before = 'onnx' in sys.modules\n"
+        "run = qlinear.onnx.run\n"
+        "print(before, 'onnx' in sys.modules, callable(run))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]

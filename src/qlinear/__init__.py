@@ -31,3 +31,12 @@ __all__ = [
     "tf",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # qlinear.onnx needs the onnx package; it is imported on first use, never by `import qlinear`.
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module("qlinear.onnx")
+    raise AttributeError(f"module 'qlinear' has no attribute {name!r}")
