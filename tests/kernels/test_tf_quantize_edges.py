@@ -37,13 +37,14 @@ RANGES = np.array([
     (-2.0**31, 2.0**31), (-6.0, 6.0), (-0.5, 1e10), (-1e10, 0.25),
     # around the bounds below which the kernels keep every flush (scale 2^124, |min| 2^-102)
     (-1e-33, 1e-33), (-1e-36, 1e-36), (-6e-36, 6e-36), (-5.9e-36, 5.9e-36), (-2.0**-102, 1.0), (-2.0**-103, 1.0),
-    (-2.0**-102, 2.0**-120), (-1e-44, 1e-37),
+    (-2.0**-102, 2.0**-120), (-1e-44, 1e-37), (0.0, 1e-36), (0.0, 1e-33), (-2.0**-110, 1e-36), (-1e-36, 0.0),
 ], np.float32)
 ENSURE = [0.01, 0.0, 1e-40]
 
 _SPECIAL = [0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-40, -1e-40, TINY, -TINY, FMAX, -FMAX, 3e38, -3e38,
             0.49999997, -0.49999997, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 127.5, -128.5, 255.5, 32767.5, -32768.5,
-            65535.5, 2.0**31, -2.0**31, 2147483520.0, 2.0**31 + 256, 1e-3, -1e-3]
+            65535.5, 2.0**31, -2.0**31, 2147483520.0, 2.0**31 + 256, 1e-3, -1e-3,
+            1.1e-38, -1.1e-38, 5e-39, -5e-39]  # large subnormals: visible when the scale is near FLT_MAX
 with np.errstate(over="ignore"):
     SPECIAL = np.array(_SPECIAL, np.float32)
 HALVES = np.arange(-300, 301, dtype=np.float32) / 2
