@@ -214,11 +214,13 @@ def test_conv_bad_arguments_raise_named_errors():
         im2col.prepack_conv(w, np.zeros(3, I8))
 
 
-# The 3x3 depthwise kernels: _depthwise3x3 (in-kernel padding and phase split), _depthwise with its fused 9-tap
-# loop, and _depthwise's general tap-by-tap loop, each forced in turn (split = use _depthwise3x3).
-DW3X3_KERNELS = {"split": dict(_DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
-                 "fused": dict(_DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
-                 "general": dict(_DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
+# The 3x3 depthwise kernels: _depthwise3x3_cl (across channels; channel multiplier 1 only, the others fall
+# through), _depthwise3x3 (in-kernel padding and phase split), _depthwise with its fused 9-tap loop, and
+# _depthwise's general tap-by-tap loop, each forced in turn.
+DW3X3_KERNELS = {"channels_last": dict(_DW_CL_MAX_OUT=1 << 62),
+                 "split": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
+                 "fused": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
+                 "general": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
 
 
 @pytest.fixture(params=list(DW3X3_KERNELS))
