@@ -45,6 +45,18 @@ def _round_half_away(v):
     return np.float32(whole + step)
 
 
+_PRED_HALF = np.nextafter(np.float32(0.5), np.float32(0))  # 0.49999997
+
+
+@njit(inline="always", **_JIT)
+def _round_half_away_to_int(v):
+    """_round_half_away for a value that is next converted to an integer: trunc(v + copysign(0.49999997, v)),
+    two vector operations fewer. Equal to _round_half_away on every finite float32 (checked exhaustively:
+    adding the float below 0.5 can round up only past a half) except that a zero may have the other sign,
+    which the integer conversion erases; NaN and +-inf pass."""
+    return np.trunc(np.float32(v + np.copysign(_PRED_HALF, v)))
+
+
 @njit(**_JIT)
 def _np_minimum(a, b):  # NumPy's minimum: NaN in, NaN out
     return b if a > b else a
@@ -83,7 +95,7 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
         v = np.float32(clamped * a)
         if flush:
             v = _ftz(v)
-        r = np.rint(v) if base == Q_SCALED_EVEN else _round_half_away(v)
+        r = np.rint(v) if base == Q_SCALED_EVEN else _round_half_away_to_int(v)
         return _to_int_bits(r, nan_value)
     if base == Q_COMBINED_SIGNED or base == Q_COMBINED_UNSIGNED:
         clamped = _np_maximum(_np_minimum(x, c), b)
@@ -93,16 +105,16 @@ def _quantize_one(x, mode, a, b, c, half_range, lower, upper, nan_value):
             scaled = _ftz(scaled)
         if base == Q_COMBINED_SIGNED:
             shifted = np.float32(scaled - half_range)
-            r = _round_half_away(_ftz(shifted) if flush else shifted)
+            r = _round_half_away_to_int(_ftz(shifted) if flush else shifted)
         else:
             shifted = np.float32(scaled + _HALF)
             r = np.trunc(_ftz(shifted) if flush else shifted)
         return _to_int_bits(r, nan_value)
     # MIN_FIRST
     if flush:
-        v = _ftz(np.float32(_round_half_away(_ftz(np.float32(x * a))) - b))
+        v = _ftz(np.float32(_round_half_away_to_int(_ftz(np.float32(x * a))) - b))
     else:
-        v = np.float32(_round_half_away(np.float32(x * a)) - b)
+        v = np.float32(_round_half_away_to_int(np.float32(x * a)) - b)
     v = _np_minimum(_np_maximum(v, lower), upper)
     nan = v != v
     as_int = np.int32(_ZERO if nan else v)  # v lies in [-2**31, 2147483520] here: exact in 32 bits
