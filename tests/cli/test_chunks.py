@@ -115,7 +115,7 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
     written = zarr.open_group(out, mode="r")
     assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["ids", "s"]
     for name, x in (("w", MATRIX), ("layer/b", nested)):
-        q, scale, zero_point, _ = _expected(x, "int8", "axis", 0, 0, False)
+        q, scale, *_ = _expected(x, "int8", "axis", 0, 0, False)
         assert np.array_equal(written[name][...], q)
         assert np.array_equal(written[name + ".scale"][...], scale)
     back = tmp_path / "g-r.zarr"

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -271,7 +272,9 @@ def quantize_tensor_dask(where: str, x, gran: Granularity, qtype, symmetric: boo
         release = None
     chunks = chunks_for(tuple(x.shape), x.dtype, size, gran, rows_only=True)
     source = _ReleasingRows(x, release) if release is not None else x
-    lazy = da.from_array(source, chunks=chunks, asarray=True, lock=False, meta=np.empty((0,) * x.ndim, x.dtype))
+    # An explicit name: dask would otherwise tokenize the array by hashing (for the wrapper: pickling) its data.
+    lazy = da.from_array(source, chunks=chunks, asarray=True, lock=False, meta=np.empty((0,) * x.ndim, x.dtype),
+                         name=f"qlinear-rows-{uuid.uuid4().hex}")
     scale, zero_point = calibrate_dask(where, lazy, gran, qtype, symmetric)
     if progress is not None:
         progress(x.nbytes / 2)
@@ -364,7 +367,7 @@ def open_store(source: Path):
     zarr = require_zarr("reading .zarr stores")
     try:
         node = zarr.open(str(source), mode="r")
-    except Exception as error:  # zarr raises several types for a folder that is not a store
+    except Exception as error:  # noqa: BLE001 (zarr raises several types for a folder that is not a store)
         raise UserError(f"{source}: not a zarr store ({type(error).__name__}: {error})") from None
     if isinstance(node, zarr.Array):
         return {source.stem: node}, dict(node.attrs), True
@@ -382,12 +385,6 @@ def _arrays_under(group, prefix):
         yield from _arrays_under(sub, f"{prefix}/{name}")
 
 
-def _float_dtype(dtype: np.dtype) -> bool:
-    from .formats import FLOAT_DTYPES
-
-    return np.dtype(dtype) in FLOAT_DTYPES
-
-
 def _create(group, name, shape, chunks, dtype, attributes=None):
     array = group.create_array(name, shape=tuple(shape), chunks=tuple(chunks) if shape else (), dtype=dtype,
                                fill_value=0)
@@ -400,9 +397,10 @@ def _regular(chunks) -> tuple[int, ...]:
     return tuple(int(c[0]) if c else 1 for c in chunks)
 
 
-def _store(array, target, progress=None, extra=()):
+def _store(array, target, progress=None, extra=(), done_bytes=None):
     """Store dask ``array`` into zarr ``target`` (chunks made to match the target's) with ``extra`` lazy
-    values computed in the same pass; returns their values."""
+    values computed in the same pass; returns their values. ``progress`` is then told ``done_bytes``
+    (default: the array's bytes)."""
     import dask
     import dask.array as da
 
@@ -411,7 +409,7 @@ def _store(array, target, progress=None, extra=()):
     stored = da.store(array, target, lock=False, compute=False)
     results = dask.compute(stored, *extra)
     if progress is not None:
-        progress(array.nbytes)
+        progress(array.nbytes if done_bytes is None else done_bytes)
     return results[1:]
 
 
@@ -461,7 +459,7 @@ def quantize_store(source: Path, output: Path, settings, args, size: ChunkSize |
             scale, zero_point = calibrate_dask(where, lazy, work_gran, qtype, settings.symmetric)
             q, figures = quantize_graph(lazy, work_gran, qtype, scale, zero_point)
             target = _create(group, name, shape, _regular(chunks), storage_dtype(qtype), dict(array.attrs))
-            stats = _stats(*_store(to_zarr_storage(q, qtype), target, advance, figures))
+            stats = _stats(*_store(to_zarr_storage(q, qtype), target, advance, figures, done_bytes=array.nbytes))
             group.create_array(name + ".scale", data=np.asarray(scale, np.float32))
             group.create_array(name + ".zero_point", data=np.asarray(to_zarr_storage(zero_point, qtype)))
             kind = gran.kind if shape else "tensor"
@@ -517,7 +515,7 @@ def dequantize_store(source: Path, output: Path, args) -> dict:
             if root_array:
                 attrs.update({k: v for k, v in attributes.items() if k != "qlinear"})
 
-            def create(dtype):
+            def create(dtype, name=name, array=array, attrs=attrs):
                 if root_array:
                     made = zarr.create_array(str(temporary), shape=array.shape,
                                              chunks=array.chunks if array.ndim else (), dtype=dtype, fill_value=0,
@@ -553,7 +551,7 @@ def dequantize_store(source: Path, output: Path, args) -> dict:
                 attrs_q["block_size"] = gran.block_size
             q = from_zarr_storage(lazy, qtype)
             restored = dequantize_linear(q, scale, zero_point if qtype.is_integer else None, **attrs_q)
-            _store(restored.astype(out_dtype), create(out_dtype), advance)
+            _store(restored.astype(out_dtype), create(out_dtype), advance, done_bytes=array.nbytes)
             rows.append(report.restored_row(name, shape, qtype.onnx_name, out_dtype.name,
                                             array.nbytes + scale.nbytes + zero_point.nbytes,
                                             math.prod(shape) * out_dtype.itemsize))
