@@ -14,7 +14,9 @@ SIZE is bytes of input per chunk with a unit (``256MiB``, ``1GB``, ``64KiB``, ``
 element count (``1000000``). Chunks are chosen by dask's "auto" rule under that limit, following a
 zarr array's own chunks; for blocked quantization their edges along the blocked axis are multiples of
 the block size (a block is never split). Peak memory is a few chunks per worker thread (the float64
-error figures are the largest temporaries), not the tensor.
+error figures are the largest temporaries), not the tensor, plus the scales and zero points and, for
+blocked quantization, the float64 per-block ranges they are computed from (1/16 of a float32 input
+each with blocks of 32).
 
 zarr layout (INPUT a directory ending in .zarr holding one array, or a group of named arrays, nested
 groups included): the output is a zarr group with, per quantized tensor NAME, the array NAME, NAME.scale
