@@ -15,6 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from qlinear.errors import AccumulatorOverflowError
+from qlinear.reference.requantize import requantize as reference_requantize
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -55,19 +56,9 @@ def to_int32_checked(func: str, acc: np.ndarray) -> np.ndarray:
 
 
 def requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero_point: int, y_dtype, mode: str) -> np.ndarray:
-    """int32 accumulator -> int8/uint8, the arithmetic of ``qlinear.reference.requantize`` (see its docstring).
-
-    float64: y = float64(acc) * float64(m) + zp, clip, round half to even.
-    float32: y = float32(acc) * float32(m), clip to [qmin - zp, qmax - zp], round half to even, + zp.
-    """
-    info = np.iinfo(y_dtype)
-    if mode == "float64":
-        y = acc.astype(np.float64) * np.asarray(multiplier, dtype=np.float64) + np.float64(y_zero_point)
-        return np.rint(np.clip(y, info.min, info.max)).astype(y_dtype)
-    zp = np.float32(y_zero_point)
-    y = acc.astype(np.float32) * np.asarray(multiplier, dtype=np.float32)
-    y = np.clip(y, np.float32(info.min) - zp, np.float32(info.max) - zp)
-    return (np.rint(y) + zp).astype(y_dtype)
+    """int32 accumulator -> int8/uint8: `qlinear.reference.requantize.requantize` itself (this path is NumPy too),
+    with the kernels' argument forms (an int zero point and the output dtype)."""
+    return reference_requantize(acc, np.asarray(multiplier), np.asarray(y_zero_point, dtype=y_dtype), mode)
 
 
 def gemm_exact(func: str, a: np.ndarray, a_zero_point, w: np.ndarray, w_zero_point, bias) -> np.ndarray:
