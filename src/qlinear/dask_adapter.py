@@ -66,8 +66,7 @@ def _quantize_chunk(chunk, block_info=None, *, scale, zero_point, gran, output, 
     location = block_info[0]["array-location"]
     return quantize_linear(
         chunk, _parameter_slice(scale, gran, location), _parameter_slice(zero_point, gran, location),
-        axis=gran.axis if gran.axis is not None else 1, block_size=gran.block_size,
-        output_dtype=output.dtype, saturate=int(saturate), precision=precision,
+        **gran.attributes(), output_dtype=output.dtype, saturate=int(saturate), precision=precision,
     )
 
 
@@ -77,7 +76,7 @@ def _dequantize_chunk(chunk, block_info=None, *, scale, zero_point, gran, output
     location = block_info[0]["array-location"]
     return dequantize_linear(
         chunk, _parameter_slice(scale, gran, location), _parameter_slice(zero_point, gran, location),
-        axis=gran.axis if gran.axis is not None else 1, block_size=gran.block_size, output_dtype=output.dtype,
+        **gran.attributes(), output_dtype=output.dtype,
     )
 
 

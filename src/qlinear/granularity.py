@@ -37,6 +37,15 @@ class Granularity:
         shape[self.axis] = -(-shape[self.axis] // self.block_size)
         return tuple(shape)
 
+    def attributes(self) -> dict:
+        """The QuantizeLinear/DequantizeLinear keywords that select this granularity (none for per-tensor)."""
+        attrs = {}
+        if self.kind != "tensor":
+            attrs["axis"] = self.axis
+        if self.kind == "block":
+            attrs["block_size"] = self.block_size
+        return attrs
+
     def expand(self, param: np.ndarray) -> np.ndarray:
         """Broadcast a scale or zero point so that it lines up with x element by element
         (a view or a repeat; the result broadcasts against x's shape)."""

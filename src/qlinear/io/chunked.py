@@ -176,11 +176,7 @@ def quantize_graph(x, gran: Granularity, qtype, scale, zero_point):
     """Lazy quantized values of dask ``x`` and the lazy error figures (signal, noise, max |error|)."""
     from ..ops.quantize_linear import dequantize_linear, quantize_linear
 
-    attrs = {}
-    if gran.kind != "tensor":
-        attrs["axis"] = gran.axis
-    if gran.kind == "block":
-        attrs["block_size"] = gran.block_size
+    attrs = gran.attributes()
     x32 = x.astype(np.float32)
     if qtype.is_integer:
         q = quantize_linear(x32, scale, zero_point, **attrs)

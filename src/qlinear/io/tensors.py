@@ -190,11 +190,7 @@ def quantize_tensor(where: str, x, gran: Granularity, qtype: ElementType, symmet
         cgran = _chunk_granularity(gran, chunk.shape)
         chunk_scale = _param_rows(scale, gran, start, stop) if not scalar else scale
         chunk_zero = _param_rows(zero_point, gran, start, stop) if not scalar else zero_point
-        attrs = {}
-        if gran.kind != "tensor":
-            attrs["axis"] = gran.axis
-        if gran.kind == "block":
-            attrs["block_size"] = gran.block_size
+        attrs = gran.attributes()
         x32 = chunk.astype(np.float32)
         if use_zero_point:
             q = quantize_linear(x32, chunk_scale.astype(np.float32), chunk_zero, **attrs)
@@ -262,11 +258,7 @@ def dequantize_tensor(values, qtype: ElementType, shape: tuple[int, ...], scale:
         else:
             flat = np.asarray(values).reshape(-1) if np.ndim(values) != 1 else values
             q = np.asarray(flat[first: first + count]).view(qtype.dtype).reshape((stop - start,) + rows_shape[1:])
-        attrs = {}
-        if gran.kind != "tensor":
-            attrs["axis"] = gran.axis
-        if gran.kind == "block":
-            attrs["block_size"] = gran.block_size
+        attrs = gran.attributes()
         chunk_scale = scale if scalar else _param_rows(scale, gran, start, stop)
         chunk_zero = None
         if zero_point is not None and qtype.is_integer:
