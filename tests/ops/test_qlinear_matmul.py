@@ -182,9 +182,13 @@ def _valid():
 
 
 ERRORS = [
-    ({"a": np.zeros((2, 3, 4), np.uint16)}, TypeError, "qlinear_matmul: a must have dtype uint8 or int8, got uint16"),
-    ({"b": np.zeros((4, 5), ml_dtypes.float8_e4m3fn)}, TypeError, r"qlinear_matmul: float8 b \(float8_e4m3fn, allowed by QLinearMatMul-21\) is not implemented"),
-    ({"y_zero_point": np.asarray(0, ml_dtypes.float8_e5m2)}, TypeError, r"qlinear_matmul: float8 y_zero_point \(float8_e5m2"),
+    ({"a": np.zeros((2, 3, 4), np.uint16)}, TypeError,
+     "qlinear_matmul: a must have dtype uint8 or int8 or float8_e4m3fn or float8_e4m3fnuz or float8_e5m2 or float8_e5m2fnuz, got uint16"),
+    ({"a": np.zeros((2, 3, 4), np.uint16), "opset": 10}, TypeError, "qlinear_matmul: a must have dtype uint8 or int8, got uint16"),
+    # float8 a/b/y are QLinearMatMul-21 types (tests/ops/test_qlinear_matmul_float8.py); opset 10 has none.
+    ({"b": np.zeros((4, 5), ml_dtypes.float8_e4m3fn), "opset": 10}, TypeError,
+     r"qlinear_matmul: float8 b \(float8_e4m3fn\) needs QLinearMatMul-21 \(opset >= 21\); QLinearMatMul-10 allows uint8 or int8, got opset 10"),
+    ({"y_zero_point": np.asarray(0, ml_dtypes.float8_e5m2), "opset": 10}, TypeError, r"qlinear_matmul: float8 y_zero_point \(float8_e5m2\) needs QLinearMatMul-21"),
     ({"a": np.zeros((), np.uint8)}, ValueError, "qlinear_matmul: a and b must have at least 1 dimension"),
     ({"b": np.zeros((3, 5), np.int8), "b_scale": f32(1), "b_zero_point": np.int8(0)}, ValueError,
      r"qlinear_matmul: the last dimension of a \(4\) must equal the second-to-last dimension of b \(3\)"),
@@ -197,7 +201,8 @@ ERRORS = [
     ({"y_zero_point": np.zeros(2, np.uint8)}, ValueError, r"qlinear_matmul: y_zero_point must be a scalar or a 1-element 1-D tensor"),
     ({"a_zero_point": np.int8(0)}, TypeError, r"qlinear_matmul: a_zero_point must have the dtype of a \(uint8\), got int8"),
     ({"b_zero_point": np.uint8(0)}, TypeError, r"qlinear_matmul: b_zero_point must have the dtype of b \(int8\), got uint8"),
-    ({"y_zero_point": np.int16(0)}, TypeError, r"qlinear_matmul: y_zero_point must have dtype uint8 or int8, got int16"),
+    ({"y_zero_point": np.int16(0)}, TypeError, r"qlinear_matmul: y_zero_point must have dtype uint8 or int8 or float8_e4m3fn or .*, got int16"),
+    ({"y_zero_point": np.int16(0), "opset": 10}, TypeError, r"qlinear_matmul: y_zero_point must have dtype uint8 or int8, got int16"),
     ({"a_scale": f16(0.1), "b_scale": f16(0.1)}, TypeError,
      r"qlinear_matmul: a_scale, b_scale and y_scale must share one dtype \(TS\), got float16, float16, float32"),
     ({"a_scale": f16(0.1), "b_scale": f16(0.1), "y_scale": f16(0.2), "opset": 10}, TypeError,

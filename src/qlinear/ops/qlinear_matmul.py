@@ -6,6 +6,11 @@ broadcasting, computed by :func:`_matmul_accumulate` on the exact integer GEMM k
 dimensions), with QLinearMatMul's requantization fused into the store. The int64 NumPy reference
 (:mod:`qlinear.reference.matmul`) is what the kernels equal bit for bit.
 
+QLinearMatMul-21 with a float8 a, b or y (each independently) takes another route: the exact sum of the
+products rounded once to float64 (:mod:`qlinear.kernels.float8_gemm`, equal bit for bit to the exact-integer
+reference :mod:`qlinear.reference.matmul_float8`), then ``"float64"`` requantization; float8 zero points must
+be 0. See that reference's docstring and docs/semantics.md.
+
 Granularity (the spec's text): a's scale and zero point are per tensor or per row, b's per tensor or per
 column. Per row of a 2-D a (M, K) is an M-vector or (M, 1); of an N-D a (D1, .., M, K) it is (D1, .., M, 1),
 where any leading dimension may also be 1 (shared). Per column of b (.., K, N) is an N-vector or
@@ -14,25 +19,29 @@ where any leading dimension may also be 1 (shared). Per column of b (.., K, N) i
 
 from __future__ import annotations
 
+import numbers
+
 import ml_dtypes
 import numpy as np
 
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
+from qlinear.reference.matmul_float8 import FLOAT8_TYPES, centered, fraction_bits, matmul_accumulate_exact, requantize_to_output
 from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
 
 __all__ = ["qlinear_matmul", "matmul_integer", "AccumulatorOverflowError"]
 
 # What each QLinearMatMul opset allows for the scales (TS; one type for all three). Keys are since_version.
-# Opset 21 also lists float8 types for a, b and y; qlinear implements the int8/uint8 ones.
 QLINEAR_MATMUL_SCALE_TYPES = {
     10: (np.dtype(np.float32),),
     21: (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)),
 }
+# What each opset allows for a (T1), b (T2) and y (T3), independently.
+QLINEAR_MATMUL_TENSOR_TYPES = {
+    10: qa.INT8_TYPES,
+    21: qa.INT8_TYPES + FLOAT8_TYPES,
+}
 LATEST_QLINEAR_MATMUL_OPSET = max(QLINEAR_MATMUL_SCALE_TYPES)
-FLOAT8_TYPES = tuple(
-    np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)
-)
 
 
 def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.ndarray:
@@ -152,13 +161,22 @@ def qlinear_matmul(
     opset=None,
     requantize="float64",
 ) -> np.ndarray:
-    """ONNX QLinearMatMul (opset 10 or 21): quantized numpy.matmul with int8/uint8 a, b and y.
+    """ONNX QLinearMatMul (opset 10 or 21): quantized numpy.matmul with int8/uint8 a, b and y, and at
+    opset 21 also float8 (ml_dtypes float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz) a, b
+    and/or y, in any combination.
 
     ``y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero_point)`` with ``acc`` the exact int32
     ``(a - a_zero_point) @ (b - b_zero_point)``. Scales are float32 (opset 10) or float32/float16/bfloat16
     (opset 21, the default when ``opset`` is None), all three of one type. ``requantize="float64"``
     (default) reproduces the onnx reference evaluator, ``"float32"`` onnxruntime; see docs/semantics.md.
     Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
+
+    With any float8 a, b or y (no peer computes these; qlinear's semantics, docs/semantics.md): a float8
+    zero point must be 0; ``acc`` is the exact real sum of the products rounded once (to nearest even) to
+    float64, ``v = acc * float64(a_scale * b_scale / y_scale) + y_zero_point`` in float64, and a float8 y is
+    ``v`` rounded once to nearest even, saturating (QuantizeLinear's saturate=1: NaN stays NaN), an int8/uint8
+    y as above (NaN gives the type minimum). Only ``requantize="float64"``; no int32 limit on ``acc``, but
+    K is limited (about 2.7 million for e5m2 x e5m2, more for the e4m3 types).
     """
     func = "qlinear_matmul"
     if opset is None:
@@ -172,14 +190,24 @@ def qlinear_matmul(
     if not isinstance(requantize, str) or requantize not in REQUANTIZE_MODES:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize!r}")
 
+    tensor_types = QLINEAR_MATMUL_TENSOR_TYPES[since_version]
     for name, value in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):
-        if getattr(value, "dtype", None) in FLOAT8_TYPES:
+        if getattr(value, "dtype", None) in FLOAT8_TYPES and value.dtype not in tensor_types:
             raise TypeError(
-                f"{func}: float8 {name} ({value.dtype}, allowed by QLinearMatMul-21) is not implemented: its "
-                "semantics are undefined by the peers (neither the onnx reference nor onnxruntime computes it)"
+                f"{func}: float8 {name} ({value.dtype}) needs QLinearMatMul-21 (opset >= 21); "
+                f"QLinearMatMul-{since_version} allows uint8 or int8, got opset {opset}"
             )
-    a = qa.quantized_tensor(func, "a", a)
-    b = qa.quantized_tensor(func, "b", b)
+    a = qa.quantized_tensor(func, "a", a, tensor_types)
+    b = qa.quantized_tensor(func, "b", b, tensor_types)
+    y_zero_point = _output_zero_point(func, y_zero_point, tensor_types)
+    float8_operands = [(name, value.dtype) for name, value in (("a", a), ("b", b), ("y_zero_point", y_zero_point))
+                       if value.dtype in FLOAT8_TYPES]
+    if float8_operands and requantize == "float32":
+        name, dtype = float8_operands[0]
+        raise ValueError(
+            f"{func}: requantize='float32' (onnxruntime's arithmetic) is not defined with a float8 {name} ({dtype}): "
+            "onnxruntime implements no float8 QLinearMatMul; use requantize='float64'"
+        )
     a2, b2 = _as_matrices(func, a, b, "a", "b")
 
     a_scale = _row_param(func, "a_scale", qa.scale(func, "a_scale", a_scale, scale_types), a2, "a")
@@ -190,17 +218,71 @@ def qlinear_matmul(
             f"{func}: a_scale, b_scale and y_scale must share one dtype (TS), got "
             f"{a_scale.dtype}, {b_scale.dtype}, {y_scale.dtype}"
         )
-    a_zero_point = _row_param(func, "a_zero_point", qa.zero_point(func, "a_zero_point", a_zero_point, a.dtype, "a"), a2, "a")
-    b_zero_point = _column_param(func, "b_zero_point", qa.zero_point(func, "b_zero_point", b_zero_point, b.dtype, "b"), b2, "b")
-    y_zero_point = qa.require_per_tensor(func, "y_zero_point", qa.output_zero_point(func, "y_zero_point", y_zero_point))
+    a_zero_point = _row_param(func, "a_zero_point", _zero_point(func, "a_zero_point", a_zero_point, a.dtype, "a"), a2, "a")
+    b_zero_point = _column_param(func, "b_zero_point", _zero_point(func, "b_zero_point", b_zero_point, b.dtype, "b"), b2, "b")
+    y_zero_point = qa.require_per_tensor(func, "y_zero_point", y_zero_point)
+    if y_zero_point.dtype in FLOAT8_TYPES:
+        _require_zero(func, "y_zero_point", y_zero_point, "y")
 
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
         multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
     if not np.all(np.isfinite(multiplier.astype(np.float64))):
         raise ValueError(f"{func}: a_scale * b_scale / y_scale overflows {multiplier.dtype}; the requantization multiplier must be finite")
+    if float8_operands:
+        acc = _float8_accumulate(func, a2, a_zero_point, b2, b_zero_point)
+        return _restore_vector_axes(requantize_to_output(acc, multiplier, y_zero_point), a, b)
     y = qa.int32_kernel(func, "(a - a_zero_point) @ (b - b_zero_point)", _matmul_accumulate,
                         a2, a_zero_point, b2, b_zero_point, requant=(multiplier, y_zero_point, y_zero_point.dtype, requantize))
     return _restore_vector_axes(y, a, b)
+
+
+def _output_zero_point(func: str, value, allowed) -> np.ndarray:
+    """y_zero_point: its dtype (one of ``allowed``) is the output type, so it must be a numpy value."""
+    names = " or ".join(str(d) for d in allowed)
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(
+            f"{func}: y_zero_point must be a numpy array of {names} (its dtype sets the output type), "
+            f"got {type(value).__name__}"
+        )
+    value = np.asarray(value)
+    if value.dtype not in allowed:
+        raise TypeError(f"{func}: y_zero_point must have dtype {names}, got {value.dtype}")
+    return value
+
+
+def _require_zero(func: str, name: str, value: np.ndarray, partner: str) -> None:
+    # The float8 QuantizeLinear formula is used with a zero point of 0, and neither peer applies one.
+    if not np.all(value.astype(np.float64) == 0):
+        raise ValueError(f"{func}: {name} of a float8 {partner} must be 0 (+0 or -0), got {value.tolist()}")
+
+
+def _zero_point(func: str, name: str, value, dtype, partner: str) -> np.ndarray:
+    """An input zero point: as `qa.zero_point` for int8/uint8; for a float8 partner it must be 0."""
+    if np.dtype(dtype) not in FLOAT8_TYPES:
+        return qa.zero_point(func, name, value, dtype, partner)
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.generic)):
+        if value != 0:
+            raise ValueError(f"{func}: {name} of a float8 {partner} must be 0 (+0 or -0), got {value}")
+        value = None
+    value = qa.zero_point(func, name, value, dtype, partner)
+    _require_zero(func, name, value, partner)
+    return value
+
+
+def _float8_accumulate(func: str, a2, a_zero_point, b2, b_zero_point) -> np.ndarray:
+    """The exact float8 accumulator rounded once to float64, on the kernel (the reference without numba)."""
+    from qlinear.kernels import float8_gemm  # imports numba: on first use, never at `import qlinear`
+
+    depth, limit = a2.shape[-1], float8_gemm.max_depth(a2.dtype, b2.dtype)
+    if depth > limit:
+        raise ValueError(
+            f"{func}: K = {depth} is too long for the exact float8 accumulator of {a2.dtype} x {b2.dtype} "
+            f"(at most {limit})"
+        )
+    if not float8_gemm.HAVE_NUMBA:  # pragma: no cover - numba is a dependency
+        return matmul_accumulate_exact(a2, a_zero_point, b2, b_zero_point)
+    return float8_gemm.exact_matmul(centered(a2, a_zero_point), centered(b2, b_zero_point),
+                                    fraction_bits(a2.dtype) + fraction_bits(b2.dtype))
 
 
 def matmul_integer(A, B, a_zero_point=None, b_zero_point=None) -> np.ndarray:
