@@ -21,6 +21,7 @@ from .small_float import (
     round_to_bf16,
     round_to_f16,
 )
+from ._vector_width import use_512_bit_vectors
 
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -99,19 +100,37 @@ def _dq_value(v, zv, mask, sign, table):
     return None
 
 # -- quantize, integer output
+def round_to_int(q):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(round_to_int, jit_options=_JIT)
+def _round_to_int(q):
+    """rint to an integer that holds every clamped result: int32 from float32 (one ``vcvtps2dq``), int64
+    from float64 (int32 outputs, whose shifted bounds may leave int32)."""
+    if q == nbtypes.float32:
+        return lambda q: np.int32(np.rint(q))
+    if q == nbtypes.float64:
+        return lambda q: np.int64(np.rint(q))
+    return None
+
+
 @njit(**_JIT)
 def _q_int_one(xv, sv, zv, tag, lo, hi, mask):
     q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
-    t = np.rint(q) + zv
-    if not t >= lo:  # NaN included
-        t = lo
-    if t > hi:
-        t = hi
-    return np.int32(np.int32(t) & mask)
+    # Clamp before rounding, to bounds shifted by the zero point (exact: small integers in the carrier).
+    # rint is monotonic and the bounds are integers, so this equals clamp(rint(q) + zp, lo, hi), with
+    # fewer instructions (LLVM fuses rint and the conversion); NaN fails ``q > low`` and gives lo.
+    low = lo - zv
+    high = hi - zv
+    q = q if q > low else low
+    q = q if q < high else high
+    return np.int32(np.int32(round_to_int(q) + round_to_int(zv)) & mask)
 
 
 @njit(**_JIT)
 def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
+    use_512_bit_vectors()
     i = start
     r = i // row_len
     j = i - r * row_len
@@ -159,6 +178,7 @@ def _q_float_one(xv, sv, zv, tag, add_zp, fmt):
 @njit(**_JIT)
 def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
                   fmt, start, stop):
+    use_512_bit_vectors()
     i = start
     r = i // row_len
     j = i - r * row_len
@@ -203,6 +223,7 @@ def _dq_product(dx, sv):
 
 @njit(**_JIT)
 def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
+    use_512_bit_vectors()
     i = start
     r = i // row_len
     j = i - r * row_len
