@@ -13,7 +13,6 @@ from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
