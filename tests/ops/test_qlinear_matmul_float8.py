@@ -231,6 +231,16 @@ def test_matches_exact_fraction_oracle_and_the_reference(combo, seed, monkeypatc
     np.testing.assert_array_equal(got.view(np.uint8), drop_vector_axes(reference, vectors).view(np.uint8), strict=True)
 
 
+@pytest.mark.parametrize("combo", [(E5M2, E5M2FNUZ, E4M3FN), (S8, E4M3FNUZ, U8), (E5M2, U8, E5M2)], ids=combo_id)
+def test_without_numba_the_op_uses_the_reference(combo, monkeypatch):
+    rng = np.random.default_rng(COMBOS.index(combo) + 1000)
+    args, _, _ = random_case(rng, combo, f32)
+    with_kernel = qlinear_matmul(*args)
+    monkeypatch.setattr(float8_gemm, "HAVE_NUMBA", False)
+    monkeypatch.setattr(float8_gemm, "exact_matmul", None)  # would fail if called
+    np.testing.assert_array_equal(qlinear_matmul(*args).view(np.uint8), with_kernel.view(np.uint8), strict=True)
+
+
 E5M2_MAX = 57344.0
 
 
