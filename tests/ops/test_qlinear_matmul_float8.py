@@ -305,6 +305,32 @@ def test_longest_allowed_k_is_exact_and_one_more_is_refused(dtype, sign):
             qlinear_matmul(np.zeros((1, depth + 1), dtype), 1.0, None, longer, 1.0, None, 1.0, np.uint8(0))
 
 
+def test_one_accumulator_rounds_its_int64_once_to_nearest_even():
+    """e4m3fn x e4m3fn (L = 18): 171200 products 448 * 448 are 2^53 + 192 * 2^30 units of 2^-18, then column j
+    adds j % 8 units (2^-9 * 2^-9 each): above 2^53 float64 keeps even units only, so 1 and 5 are ties
+    (down to even), 3 and 7 ties up, 2 and 6 exact. The one-accumulator kernel (an int64 rounded once to
+    float64) and the split one must both give the correctly rounded sum."""
+    big, extra = 171_200, 8
+    top, tiny = 448.0, 2.0**-9
+    a = np.concatenate([np.full(big, top), np.full(extra, tiny)]).reshape(1, -1).astype(E4M3FN)
+    units = np.arange(16) % 8
+    b = np.zeros((big + extra, 16))
+    b[:big] = top
+    b[big:] = np.where(np.arange(extra)[:, None] < units[None, :], tiny, 0.0)
+    b = b.astype(E4M3FN)
+    assert big + extra <= float8_gemm.single_accumulator_depth(E4M3FN, E4M3FN)
+    exact = [Fraction(top) ** 2 * big + Fraction(tiny) ** 2 * int(u) for u in units]
+    assert big * 448 * 448 * 2**18 == 2**53 + 192 * 2**30
+    expected = np.array([[float(v) for v in exact]])
+    for split in (False, True):
+        got = float8_gemm.exact_matmul(a.astype(np.float64), b.astype(np.float64), 18, split=split)
+        np.testing.assert_array_equal(got, expected, strict=True)
+    # and through the op, which picks one accumulator here: y = acc * 2^-20 rounded to e5m2
+    y = qlinear_matmul(a, f32.type(1.0), np.zeros((), E4M3FN), b, f32.type(1.0), np.zeros((), E4M3FN),
+                       f32.type(2.0**20), np.zeros((), E5M2))
+    np.testing.assert_array_equal(y.view(np.uint8)[0], [round_to_float8_code(Fraction(v) / 2**20, False, E5M2) for v in expected[0]])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # NaN and Inf (IEEE): the kernel against the reference and the documented outcomes.
 

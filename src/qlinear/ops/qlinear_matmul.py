@@ -282,7 +282,8 @@ def _float8_accumulate(func: str, a2, a_zero_point, b2, b_zero_point) -> np.ndar
     if not float8_gemm.HAVE_NUMBA:  # pragma: no cover - numba is a dependency
         return matmul_accumulate_exact(a2, a_zero_point, b2, b_zero_point)
     return float8_gemm.exact_matmul(centered(a2, a_zero_point), centered(b2, b_zero_point),
-                                    fraction_bits(a2.dtype) + fraction_bits(b2.dtype))
+                                    fraction_bits(a2.dtype) + fraction_bits(b2.dtype),
+                                    split=depth > float8_gemm.single_accumulator_depth(a2.dtype, b2.dtype))
 
 
 def matmul_integer(A, B, a_zero_point=None, b_zero_point=None) -> np.ndarray:
