@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._vector_width import use_512_bit_vectors
+
 from ._tf_quantize_numba import DQ_COMBINED, _dequantize_one
 from .small_float import f32_to_bf16_bits
 
@@ -56,6 +58,7 @@ def _quantize_strict_one(v, mode, p0, p1, p2, p3, q_min, q_max):
 @njit(**_JIT)
 def _quantize_strict_span(x, out, p, s, mode, q_min, q_max):
     """x/out spans that all belong to slice s."""
+    use_512_bit_vectors()
     p0, p1, p2, p3 = p[s, 0], p[s, 1], p[s, 2], p[s, 3]
     for k in range(x.size):
         out[k] = _quantize_strict_one(np.float64(x[k]), mode, p0, p1, p2, p3, q_min, q_max)
@@ -64,6 +67,7 @@ def _quantize_strict_span(x, out, p, s, mode, q_min, q_max):
 @njit(**_JIT)
 def quantize_strict(x, out, p, slices, post, mode, q_min, q_max, start, stop):
     """x: float32 [pre, slices, post] flattened; out: T; p: float64 [slices, 4] per-slice constants."""
+    use_512_bit_vectors()
     if slices == 1:
         _quantize_strict_span(x[start:stop], out[start:stop], p, 0, mode, q_min, q_max)
     elif post == 1:
@@ -98,6 +102,7 @@ def _store(out, k, v, bf16):
 @njit(**_JIT)
 def dequantize_strict(q, out, p, slices, post, mode, q_min, bf16, start, stop):
     """q: T [pre, slices, post] flattened; out: float32, or uint16 bfloat16 bits when bf16; p: float64 [slices, 2]."""
+    use_512_bit_vectors()
     if slices == 1 or post != 1:
         span = stop - start if slices == 1 else post
         first_row, last_row = (0, 1) if slices == 1 else (start, stop)
@@ -125,6 +130,7 @@ def dequantize_strict(q, out, p, slices, post, mode, q_min, bf16, start, stop):
 def dequantize_bf16(q, out, a, b, half, slices, post, start, stop):
     """TensorFlow's MIN_COMBINED Dequantize (float32, `_tf_quantize_numba._dequantize_one`) rounded to
     bfloat16 bits. a: scale, b: min, per slice (float32)."""
+    use_512_bit_vectors()
     if slices == 1 or post != 1:
         span = stop - start if slices == 1 else post
         first_row, last_row = (0, 1) if slices == 1 else (start, stop)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._vector_width import use_512_bit_vectors
+
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 _FLT_MIN = np.float32(np.finfo(np.float32).tiny)
@@ -137,6 +139,7 @@ def _dequantize_one(q, mode, a, b, half):
 @njit(**_JIT)
 def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, row_start, row_stop, slices):
     # x and out are [rows, post] flattened; row r belongs to slice r % slices
+    use_512_bit_vectors()
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv, cv = a[s], b[s], c[s]
@@ -200,6 +203,7 @@ def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper,
     # post == 1: each row is the whole slice axis, parameters per element. One loop per mode, each with a
     # constant mode, so that each is a straight vectorisable loop (a runtime mode leaves every branch of
     # _quantize_one in the loop body: 3-13x slower).
+    use_512_bit_vectors()
     if mode == Q_SCALED_EVEN:
         _quantize_last_axis_loop(x, out, a, b, c, slices, Q_SCALED_EVEN, half_range, lower, upper, nan_value,
                                  row_start, row_stop)
@@ -240,6 +244,7 @@ def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper,
 
 @njit(**_JIT)
 def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices):
+    use_512_bit_vectors()
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv = a[s], b[s]
@@ -261,6 +266,7 @@ def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices
 
 @njit(**_JIT)
 def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop):
+    use_512_bit_vectors()
     for r in range(row_start, row_stop):
         qs = q[r * slices:(r + 1) * slices]
         os = out[r * slices:(r + 1) * slices]
