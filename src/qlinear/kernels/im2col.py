@@ -31,6 +31,8 @@ from qlinear.kernels import integer_gemm as ig
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
+    from qlinear.kernels._vector_width import use_512_bit_vectors
+
 
 class PackedConv:
     """Convolution weights packed once: one :class:`PackedWeights` (rows orientation) per group."""
@@ -129,6 +131,7 @@ if ig.HAVE_NUMBA:
         and kw instead of once per (c, kh, kw) row of im2col."""
         n_ph = ph_list.size
         for task in prange(n_img * n_ph * kw_n * c_in):
+            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
             c = task % c_in
             t2 = task // c_in
             kw = t2 % kw_n
@@ -175,6 +178,7 @@ if ig.HAVE_NUMBA:
         kfull = k // g
         xsize = xp.size
         for pan in prange(npan):
+            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
             n = pan // pan_per_img
             src = n * img_stride + chan_off + (pan - n * pan_per_img) * nr
             base = pan * ks * nr
@@ -234,6 +238,7 @@ if ig.HAVE_NUMBA:
         colsum = np.zeros(npan * nr, np.int32)
         kfull = k // g
         for pan in prange(npan):
+            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
             seg_lane = np.empty(nr, np.int64)
             seg_len = np.empty(nr, np.int64)
             seg_src = np.empty(nr, np.int64)
@@ -349,6 +354,7 @@ if ig.HAVE_NUMBA:
         n_tasks = n_img * m_total
         n_chunks = min(n_tasks, 64)
         for chunk in prange(n_chunks):
+            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
             acc = np.empty(max(vlen_r, ow_r), np.int32)
             q8 = np.empty(vlen_r, np.uint8)
             offs = np.empty(9, np.int64)
@@ -514,6 +520,7 @@ if ig.HAVE_NUMBA:
         n_tasks = n_img * m_total
         n_chunks = min(n_tasks, 64)
         for chunk in prange(n_chunks):
+            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
             acc = np.empty(vlen_r, np.int32)
             q8 = np.empty(vlen_r, np.uint8)
             offs = np.empty(9, np.int64)
@@ -598,6 +605,7 @@ if ig.HAVE_NUMBA:
             c0[c] = np.int32(np.int32(bias[c]) - np.int32(za * wsum))
         for n in range(n_img):
             for r in prange(hp):
+                use_512_bit_vectors()  # the loop bodies run in numba's parfor function
                 xr = xt[r * wpd * cc:(r + 1) * wpd * cc]
                 xr[:] = np.uint8(za)
                 ri = r - pt
@@ -612,6 +620,7 @@ if ig.HAVE_NUMBA:
                             for j in range(nb):
                                 d[j] = x[base + j * h * w + col] ^ flip
             for oh in prange(oh_n):
+                use_512_bit_vectors()  # the loop bodies run in numba's parfor function
                 for ow in range(ow_n):
                     pix = oh * ow_n + ow
                     a = acc[pix * cc:(pix + 1) * cc]
@@ -644,6 +653,7 @@ if ig.HAVE_NUMBA:
             # 16 channels at a time (one cache line of acc per pixel): transpose to planes, then requantize
             # and store each plane in one vector pass
             for cb in prange((cc + 15) // 16):
+                use_512_bit_vectors()  # the loop bodies run in numba's parfor function
                 cs = cb * 16
                 nb = min(16, cc - cs)
                 tmp = np.empty((16, per_img), np.int32)
