@@ -194,7 +194,7 @@ def test_dequantize_kernel_equals_reference(layout, x_type, scale_type, output, 
 @pytest.mark.parametrize("x_type", X_TYPES, ids=lambda t: np.dtype(t).name)
 def test_quantize_every_output_larger_than_the_serial_threshold(x_type, output):
     """Sizes above the serial threshold, the real parallel path: per-tensor, per-axis (last axis) and
-    blocked (middle axis, short last block)."""
+    blocked (middle and last axis, short last block)."""
     rng = np.random.default_rng(7)
     x = _x_values(rng, (3, 37, 401), x_type)
     kw = dict(output_dtype=output.dtype)
@@ -202,6 +202,9 @@ def test_quantize_every_output_larger_than_the_serial_threshold(x_type, output):
         (np.float32(0.37), dict()),
         (_params(rng, (401,), np.float32), dict(axis=-1)),
         (_params(rng, (3, 10, 401), np.float32), dict(axis=1, block_size=4)),
+        # along the last axis: runs of whole blocks, a short last block, chunk boundaries inside blocks
+        (_params(rng, (3, 37, 101), np.float32), dict(axis=-1, block_size=4)),
+        (_params(rng, (3, 37, 13), np.float32), dict(axis=-1, block_size=32)),
     ]
     for scale, extra in cases:
         zp = _zero_point(rng, np.shape(scale), output)
@@ -218,7 +221,8 @@ def test_dequantize_every_input_larger_than_the_serial_threshold(x_type):
     else:
         x = rng.integers(0, 1 << x_type.bits, shape).astype(np.uint8).view(x_type.dtype)
     for scale, extra in [(np.float32(0.37), {}), (_params(rng, (33,), np.float32), dict(axis=1)),
-                         (_params(rng, (2, 33, 301), np.float32), dict(axis=0, block_size=3))]:
+                         (_params(rng, (2, 33, 301), np.float32), dict(axis=0, block_size=3)),
+                         (_params(rng, (5, 33, 38), np.float32), dict(axis=-1, block_size=8))]:
         for output in (np.float32, np.float16, ml_dtypes.bfloat16):
             zp = _zero_point(rng, np.shape(scale), x_type)
             fast, slow = _both(qlinear.dequantize_linear, False, x, scale, zp, output_dtype=output, **extra)

@@ -148,14 +148,27 @@ def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, ta
             seg = j // seg_len
             while j < end:
                 n = min(end, (seg + 1) * seg_len) - j
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
+                if n == seg_len:
+                    # a run of whole segments: one trip count for all of them, so LLVM sets up the vector
+                    # loop once instead of once per (short) block
+                    count = (end - j) // seg_len
+                    for c in range(count):
+                        sv = s[off + seg + c]
+                        zv = zp[off + seg + c]
+                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        for k in range(seg_len):
+                            os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
+                    n = count * seg_len
+                    seg += count
+                else:
+                    sv = s[off + seg]
+                    zv = zp[off + seg]
+                    xs, os = x[i:i + n], out[i:i + n]
+                    for k in range(n):
+                        os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
+                    seg += 1
                 i += n
                 j += n
-                seg += 1
         r += 1
         j = 0
 
@@ -195,14 +208,25 @@ def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
             seg = j // seg_len
             while j < end:
                 n = min(end, (seg + 1) * seg_len) - j
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, fmt)
+                if n == seg_len:  # a run of whole segments, one trip count (see _q_int_walk)
+                    count = (end - j) // seg_len
+                    for c in range(count):
+                        sv = s[off + seg + c]
+                        zv = zp[off + seg + c]
+                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        for k in range(seg_len):
+                            os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, fmt)
+                    n = count * seg_len
+                    seg += count
+                else:
+                    sv = s[off + seg]
+                    zv = zp[off + seg]
+                    xs, os = x[i:i + n], out[i:i + n]
+                    for k in range(n):
+                        os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, fmt)
+                    seg += 1
                 i += n
                 j += n
-                seg += 1
         r += 1
         j = 0
 
@@ -240,14 +264,25 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
             seg = j // seg_len
             while j < end:
                 n = min(end, (seg + 1) * seg_len) - j
-                sv = s[off + seg]
-                zv = zp[off + seg]
-                xs, os = x[i:i + n], out[i:i + n]
-                for k in range(n):
-                    os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
+                if n == seg_len:  # a run of whole segments, one trip count (see _q_int_walk)
+                    count = (end - j) // seg_len
+                    for c in range(count):
+                        sv = s[off + seg + c]
+                        zv = zp[off + seg + c]
+                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        for k in range(seg_len):
+                            os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
+                    n = count * seg_len
+                    seg += count
+                else:
+                    sv = s[off + seg]
+                    zv = zp[off + seg]
+                    xs, os = x[i:i + n], out[i:i + n]
+                    for k in range(n):
+                        os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
+                    seg += 1
                 i += n
                 j += n
-                seg += 1
         r += 1
         j = 0
 
