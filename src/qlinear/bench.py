@@ -3,13 +3,15 @@
 For each case (an operator, its types and granularity) and size, it times, best of ``repeat`` runs:
 qlinear (kernels, ``threads`` threads), onnxruntime with 1 and 2 intra-op threads, the onnx reference
 evaluator, TensorFlow (QuantizeV2/Dequantize, for the per-tensor uint8/int8 cases), plain NumPy, and a
-bandwidth probe: a multithreaded copy of as many bytes as the case must move (read x, write y), which is
-the time no element-wise kernel can beat. Peers that are not installed, or that cannot run a case, show
+bandwidth probe: a multithreaded kernel that reads as many bytes as x has and writes as many as y has into a
+freshly allocated array, which is the time no element-wise kernel returning a new array can beat (and, for
+reference, a multithreaded copy of the same number of bytes into preallocated memory: the bare bandwidth). Peers that are not installed, or that cannot run a case, show
 "n/a". It also measures qlinear's peak extra memory per call (tracemalloc: bytes allocated beyond the
 output) and, optionally, the kernels' JIT cost in fresh processes (cold cache, then warm cache).
 
 Output: a table (times in ms; "x" columns are the peer's time over qlinear's, so > 1 means qlinear is
-faster; "bw" is probe time / qlinear time, 1.0 = at the memory-bandwidth bound) and a JSON file.
+faster; "bw" is the fresh-output probe's time / qlinear time, 1.0 = at the memory-bandwidth bound; "bwP" the
+same against the preallocated copy) and a JSON file.
 Peers are imported only here, never by `import qlinear`.
 """
 
@@ -103,8 +105,17 @@ def _inputs(case: Case, n: int):
 
 
 # ----------------------------------------------------------------------------------------------- timing
+WARMUP_S = 0.3
+
+
 def _best(fn, repeat: int) -> float:
-    fn()  # warm-up (JIT compile / session first run)
+    # warm-up: the first call compiles / starts a session; then run for WARMUP_S more, because on this
+    # project's VM the first dozen 16M-element calls of any kernel (every peer's) are up to 2x slower
+    # than the steady state (clock and page-cache effects), which a best-of-5 would not get past
+    fn()
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARMUP_S:
+        fn()
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -226,27 +237,56 @@ def _tf_fn(case, x, scale, zp):
 
 
 # ----------------------------------------------------------------------------------------------- probe
-_COPY = None
+_PROBES = None
 
 
-def _bandwidth_probe(nbytes: int, repeat: int) -> float:
-    """Best time to move nbytes (read nbytes/2, write nbytes/2) with every core: the bound."""
-    global _COPY
-    if _COPY is None:
+def _probe_kernels():
+    global _PROBES
+    if _PROBES is None:
         import numba
 
         @numba.njit(cache=True, nogil=True)
         def copy(src, dst, start, stop):
             dst[start:stop] = src[start:stop]
 
-        _COPY = copy
+        @numba.njit(cache=True, nogil=True)
+        def read_then_write(src, dst, start, stop):
+            # units [start, stop) of max(src.size, dst.size) cover the same fraction of both arrays; an
+            # integer XOR reduction vectorises, and writing it keeps the reads from being optimised away
+            n = max(src.size, dst.size)
+            s = src[start * src.size // n:stop * src.size // n]
+            d = dst[start * dst.size // n:stop * dst.size // n]
+            acc = np.uint64(0)
+            for i in range(s.size):
+                acc ^= s[i]
+            for i in range(d.size):
+                d[i] = acc
+
+        _PROBES = copy, read_then_write
+    return _PROBES
+
+
+def _bandwidth_probe(in_bytes: int, out_bytes: int, repeat: int) -> tuple[float, float]:
+    """Best times of two memory-bound stand-ins for a case, with every core (`threads.run_chunked`, the
+    kernels' own threading):
+
+    - fresh: read ``in_bytes``, write ``out_bytes`` into a newly allocated array, as an operator that
+      returns a new array must (the OS hands out zeroed pages: for outputs above glibc's 32 MB mmap
+      threshold that first-touch cost is part of every call, of every peer's too);
+    - copy: copy ``(in_bytes + out_bytes) / 2`` bytes into a preallocated array, the bare bandwidth.
+    """
     from .kernels import threads
 
-    # the same threading as the kernels (threads.run_chunked), into a preallocated destination
-    half = max(nbytes // 2 // 8, 1)
+    copy, read_then_write = _probe_kernels()
+    src = np.ones(max(in_bytes // 8, 1), np.uint64)
+    n_out = max(out_bytes // 8, 1)
+    units = max(src.size, n_out)
+    fresh = _best(lambda: threads.run_chunked(read_then_write, units, src, np.empty(n_out, np.uint64)), repeat)
+    half = max((in_bytes + out_bytes) // 2 // 8, 1)
     src = np.ones(half, np.float64)
     dst = np.empty_like(src)
-    return _best(lambda: threads.run_chunked(_COPY, half, src, dst), repeat)
+    prealloc = _best(lambda: threads.run_chunked(copy, half, src, dst), repeat)
+    return fresh, prealloc
 
 
 def _peak_extra_bytes(fn, out_nbytes: int) -> int:
@@ -310,7 +350,7 @@ def run(sizes=("64K", "1M", "16M", "64M"), cases=None, repeat=5, peers=("onnxrun
     results = {"machine": machine(), "peers": peers, "rows": []}
     if measure_jit:
         results["jit"] = jit_times()
-    header = f"{'case':28} {'size':>4} {'qlinear':>8} {'bw':>5} {'ort1':>8} {'x':>6} {'ort2':>8} {'x':>6} " \
+    header = f"{'case':28} {'size':>4} {'qlinear':>8} {'bw':>5} {'bwP':>5} {'ort1':>8} {'x':>6} {'ort2':>8} {'x':>6} " \
              f"{'onnxref':>8} {'x':>6} {'tf':>7} {'x':>5} {'numpy':>8} {'x':>6} {'probe':>7} {'extraMB':>7}"
     print(f"machine: {results['machine']}", file=out)
     print(header, file=out)
@@ -323,9 +363,8 @@ def run(sizes=("64K", "1M", "16M", "64M"), cases=None, repeat=5, peers=("onnxrun
             row["qlinear_s"] = _best(fn, repeat)
             y = fn()
             row["peak_extra_bytes"] = _peak_extra_bytes(fn, y.nbytes)
-            moved = x.nbytes + y.nbytes
-            row["moved_bytes"] = moved
-            row["probe_s"] = _bandwidth_probe(moved, repeat)
+            row["moved_bytes"] = x.nbytes + y.nbytes
+            row["probe_s"], row["copy_probe_s"] = _bandwidth_probe(x.nbytes, y.nbytes, repeat)
             del y
             for peer in peers:
                 if case.op.startswith("TF") and peer != "tensorflow":
@@ -360,7 +399,7 @@ def _format_row(row: dict) -> str:
             return f"{'n/a':>{width}} {'':>{ratio_width}}"
         return f"{v * 1e3:>{width}.3f} {v / q:>{ratio_width}.1f}"
 
-    return (f"{row['case']:28} {row['size']:>4} {q * 1e3:>8.3f} {row['probe_s'] / q:>5.2f} "
+    return (f"{row['case']:28} {row['size']:>4} {q * 1e3:>8.3f} {row['probe_s'] / q:>5.2f} {row['copy_probe_s'] / q:>5.2f} "
             f"{cell('ort1_s', 8, 6)} {cell('ort2_s', 8, 6)} {cell('onnxref_s', 8, 6)} {cell('tf_s', 7, 5)} "
             f"{cell('numpy_s', 8, 6)} {row['probe_s'] * 1e3:>7.3f} {row['peak_extra_bytes'] / 1e6:>7.2f}")
 

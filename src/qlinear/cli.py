@@ -247,7 +247,8 @@ examples:
   qlinear bench --sizes 64K 1M --skip onnx tensorflow --no-jit
 
 Times are the best of --repeat runs; "x" columns are a peer's time over qlinear's (above 1: qlinear is
-faster); "bw" is the bandwidth probe's time over qlinear's (1.0: at the memory-bandwidth bound).
+faster); "bw" is the bandwidth probe's time over qlinear's (1.0: at the memory-bandwidth bound; the probe
+reads x's bytes and writes y's into a fresh array); "bwP" the same against a copy into preallocated memory.
 """
 
 

@@ -13,7 +13,7 @@ def test_bench_writes_a_row_per_case_and_size(tmp_path, capsys):
     results = json.loads(out.read_text())
     assert [(r["case"], r["size"]) for r in results["rows"]] == [("Q f32->uint8 tensor", "64K"), ("DQ int4->f32 block32", "64K")]
     for row in results["rows"]:
-        assert row["qlinear_s"] > 0 and row["probe_s"] > 0 and row["moved_bytes"] > 0
+        assert row["qlinear_s"] > 0 and row["probe_s"] > 0 and row["copy_probe_s"] > 0 and row["moved_bytes"] > 0
         assert "numpy_s" in row
     # onnxruntime cannot feed int4 arrays: n/a, not an error
     assert results["rows"][1]["ort1_s"] is None
