@@ -8,6 +8,7 @@ Dequantize.
 from . import tf
 from .ops.dynamic import dynamic_quantize_linear
 from .errors import AccumulatorOverflowError
+from .kernels.output_pool import get_output_pool_limit, set_output_pool_limit
 from .kernels.threads import get_num_threads, set_num_threads
 from .ops.qlinear_conv import conv_integer, prepack_conv, qlinear_conv
 from .ops.qlinear_matmul import matmul_integer, qlinear_matmul
@@ -28,6 +29,8 @@ __all__ = [
     "AccumulatorOverflowError",
     "set_num_threads",
     "get_num_threads",
+    "set_output_pool_limit",
+    "get_output_pool_limit",
     "tf",
 ]
 __version__ = "0.1.0"

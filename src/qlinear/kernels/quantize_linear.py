@@ -40,7 +40,7 @@ import numpy as np
 
 from ..dtypes import ElementType
 from ..granularity import Granularity
-from . import threads
+from . import output_pool, threads
 
 # numba is a dependency, but importing it costs more than `import qlinear` may: it is imported by the
 # first kernel call (`_numba`), and its absence only means the reference runs.
@@ -161,7 +161,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
         return None
     if np.dtype(precision).name not in ("float32", "float16", "bfloat16", "float64"):
         return None
-    out = np.empty(x.shape, output.dtype)
+    out = output_pool.empty(x.shape, output.dtype)
     n = x.size
     if n == 0:
         return out
@@ -214,7 +214,7 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
         return None
     if output.onnx_name not in ("float", "float16", "bfloat16"):
         return None
-    out = np.empty(x.shape, output.dtype)
+    out = output_pool.empty(x.shape, output.dtype)
     n = x.size
     if n == 0:
         return out

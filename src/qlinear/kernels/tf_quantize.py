@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import tf_quantize as ref
-from . import threads
+from . import output_pool, threads
 from .quantize_linear import kernels_enabled
 
 F32, F64 = np.float32, np.float64
@@ -119,7 +119,7 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
             code = nb.Q_COMBINED_SIGNED_EXACT if lo < 0 else nb.Q_COMBINED_UNSIGNED_EXACT
     nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
     x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = np.empty(x3.shape, dtype)
+    out = output_pool.empty(x3.shape, dtype)
     if x.size:
         _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, np.int64(post), np.int64(slices), np.int64(code),
                 F32(half_range), F32(lower), F32(upper), nan_value)
@@ -160,7 +160,7 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
             return None
     a, b = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b))
     q = np.ascontiguousarray(q3).reshape(-1)
-    out = np.empty(q3.shape, F32)
+    out = output_pool.empty(q3.shape, F32)
     if q.size:
         _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, np.int64(post), np.int64(slices), np.int64(code),
                 F32(half))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import tf_quantize as ref
-from . import threads
+from . import output_pool, threads
 from .quantize_linear import kernels_enabled
 
 F32, F64 = np.float32, np.float64
@@ -87,7 +87,7 @@ def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow
         else:
             return None
     x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = np.empty(x3.shape, dtype)
+    out = output_pool.empty(x3.shape, dtype)
     if x.size:
         items, size = _items(x3.shape)
         threads.run_chunked(nb.quantize_strict, items, x, out.reshape(-1), p, np.int64(slices), np.int64(post),
@@ -107,7 +107,7 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
     mins = np.broadcast_to(np.asarray(min_range, F32).reshape(-1), (slices,))
     maxs = np.broadcast_to(np.asarray(max_range, F32).reshape(-1), (slices,))
     q = np.ascontiguousarray(q3).reshape(-1)
-    out = np.empty(q3.shape, out_dtype)
+    out = output_pool.empty(q3.shape, out_dtype)
     flat_out = out.reshape(-1).view(np.uint16) if bf16 else out.reshape(-1)
     items, size = _items(q3.shape)
     with np.errstate(all="ignore"):
