@@ -31,6 +31,7 @@ from qlinear.kernels import integer_gemm as ig
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
+    from qlinear.kernels._microkernel import pack_quad32, pack_quad32_stride2
     from qlinear.kernels._vector_width import use_512_bit_vectors
 
 
@@ -189,8 +190,12 @@ if ig.HAVE_NUMBA:
                     # columns it drops are past the last output position, never stored)
                     trip = min(nr, xsize - src - koff[s * g + g - 1])
                     if g == 4:
-                        _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
-                                  src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
+                        if trip == 32:
+                            pack_quad32(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                        src + koff[4 * s + 2], src + koff[4 * s + 3])
+                        else:
+                            _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                      src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
                         if need_sum:
                             cs = colsum[pan * nr:pan * nr + trip]
                             x0 = xp[src + koff[4 * s]:src + koff[4 * s] + trip]
@@ -275,7 +280,12 @@ if ig.HAVE_NUMBA:
                         t0 = 0
                         if sw <= 2:
                             trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
-                            _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
+                            if trip == 32 and sw == 1:
+                                pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                            elif trip == 32:
+                                pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                            else:
+                                _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
                             t0 = ln
                         for t in range(t0, ln):
                             o = src + t * sw
