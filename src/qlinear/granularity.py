@@ -14,6 +14,7 @@ The zero point, when given, has the scale's shape.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,15 +64,28 @@ class Granularity:
 
 
 def normalize_axis(axis, rank: int, function: str, what: str = "x") -> int:
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{function}: axis must be an int, got {axis!r}")
-    axis = int(axis)
+    if type(axis) is not int:  # the common plain int skips the type tests
+        if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"{function}: axis must be an int, got {axis!r}")
+        axis = int(axis)
     if not -rank <= axis < rank:
         raise ValueError(
             f"{function}: axis={axis} is out of range for {what} of rank {rank} "
             f"(the accepted range is [-r, r-1] = [{-rank}, {rank - 1}])"
         )
     return axis % rank
+
+
+_GRANULARITY_NAMES = {"tensor": "per-tensor", "axis": "per-axis", "block": "blocked"}
+
+
+def _require(kind: str, allowed, function: str, opset_label: str, scale_name: str, scale_shape) -> None:
+    if kind not in allowed:
+        names = _GRANULARITY_NAMES
+        raise ValueError(
+            f"{function}: {opset_label} supports only {' and '.join(names[k] for k in sorted(allowed, key=['tensor', 'axis', 'block'].index))} "
+            f"quantization; {scale_name} of shape {scale_shape} asks for {names[kind]}"
+        )
 
 
 def resolve(
@@ -91,20 +105,23 @@ def resolve(
     ``allowed`` is the set of granularities the operator version supports; ``opset_label`` (e.g.
     "QuantizeLinear-10") is named in errors that come from it.
     """
-    x_shape = tuple(int(d) for d in x_shape)
+    x_shape = tuple(map(int, x_shape))
     scale_shape = tuple(scale_shape)
     rank = len(x_shape)
-    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(f"{function}: block_size must be an int, got {block_size!r}")
-    block_size = int(block_size)
+    if type(block_size) is not int:  # the common plain int skips the type tests
+        if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
+            raise TypeError(f"{function}: block_size must be an int, got {block_size!r}")
+        block_size = int(block_size)
     if block_size < 0:
         raise ValueError(f"{function}: block_size must be 0 (no blocking) or a positive integer, got {block_size}")
 
     if zero_point_shape is not None:
         zero_point_shape = tuple(zero_point_shape)
+        # math.prod, not np.prod (whose Python wrapper costs microseconds): both shapes have at most one
+        # dimension here, so the product is that dimension (or 1) and cannot overflow either way
         both_scalar_like = (
             len(scale_shape) <= 1 and len(zero_point_shape) <= 1
-            and int(np.prod(scale_shape)) == 1 and int(np.prod(zero_point_shape)) == 1
+            and int(math.prod(scale_shape)) == 1 and int(math.prod(zero_point_shape)) == 1
         )
         if zero_point_shape != scale_shape and not both_scalar_like:
             raise ValueError(
@@ -112,16 +129,8 @@ def resolve(
                 f"got {zero_point_shape} and {scale_shape}"
             )
 
-    def require(kind: str):
-        if kind not in allowed:
-            names = {"tensor": "per-tensor", "axis": "per-axis", "block": "blocked"}
-            raise ValueError(
-                f"{function}: {opset_label} supports only {' and '.join(names[k] for k in sorted(allowed, key=['tensor', 'axis', 'block'].index))} "
-                f"quantization; {scale_name} of shape {scale_shape} asks for {names[kind]}"
-            )
-
     if block_size > 0:
-        require("block")
+        _require("block", allowed, function, opset_label, scale_name, scale_shape)
         if len(scale_shape) != rank or rank == 0:
             raise ValueError(
                 f"{function}: blocked quantization (block_size={block_size}) needs {scale_name} of the same rank "
@@ -148,7 +157,7 @@ def resolve(
         # The axis attribute plays no part in per-tensor quantization (and a rank-1 x has no axis 1).
         return Granularity("tensor", x_shape)
     if len(scale_shape) == 1:
-        require("axis")
+        _require("axis", allowed, function, opset_label, scale_name, scale_shape)
         if rank == 0:
             raise ValueError(f"{function}: x is a scalar, so {scale_name} must be a scalar too, got shape {scale_shape}")
         axis = normalize_axis(axis, rank, function)

@@ -7,7 +7,7 @@ operators check arguments against the row instead of testing opset numbers in co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LATEST_OPSET = 28
 
@@ -26,6 +26,11 @@ class Schema:
     scale_types: tuple[str, ...] | None  # None: the scale must have x's type (QuantizeLinear 19, 21)
     quantized_types: tuple[str, ...]  # QuantizeLinear y / DequantizeLinear x
     granularities: frozenset[str]  # "tensor", "axis", "block"
+    # "QuantizeLinear-21", named in errors; built once, not on every operator call
+    label: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "label", f"{self.op}-{self.since}")
 
     def allows(self, attribute: str) -> bool:
         return attribute in self.attributes
@@ -78,11 +83,19 @@ SCHEMAS: dict[str, tuple[Schema, ...]] = {
 }
 
 
+# (op, opset) -> Schema, filled by `schema_for` for int opsets that passed its checks.
+_BY_OPSET: dict[tuple[str, int], Schema] = {}
+
+
 def schema_for(op: str, opset: int | None, function: str) -> Schema:
     """The schema version in force for a model of the given opset (None: the newest)."""
     versions = SCHEMAS[op]
     if opset is None:
         return versions[-1]
+    if type(opset) is int:  # exactly int: a bool or an int subclass takes the checks below
+        found = _BY_OPSET.get((op, opset))
+        if found is not None:
+            return found
     if isinstance(opset, bool) or not isinstance(opset, int):
         raise TypeError(f"{function}: opset must be an int or None, got {opset!r}")
     if opset < versions[0].since or opset > LATEST_OPSET:
@@ -90,4 +103,7 @@ def schema_for(op: str, opset: int | None, function: str) -> Schema:
             f"{function}: opset={opset} is out of range: {op} exists from opset {versions[0].since} "
             f"and qlinear knows opsets up to {LATEST_OPSET}"
         )
-    return [s for s in versions if s.since <= opset][-1]
+    found = [s for s in versions if s.since <= opset][-1]
+    if type(opset) is int:
+        _BY_OPSET[(op, opset)] = found
+    return found

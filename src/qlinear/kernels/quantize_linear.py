@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import threading
 
 import numpy as np
 
+from .. import dtypes
 from ..dtypes import ElementType
 from ..granularity import Granularity
 from . import output_pool, threads
@@ -88,15 +90,18 @@ def set_kernels_enabled(flag: bool) -> None:
 def _layout(gran: Granularity, size: int) -> tuple:
     """(row_len, seg_len, per_element, rL, rA, rB, rC): row r of x (row_len contiguous elements) takes its
     parameters from offset ``(r // rL) * rA + ((r % rL) // rB) * rC`` of the flattened scale; within the
-    row, element j uses offset + j (per_element) or offset + j // seg_len."""
+    row, element j uses offset + j (per_element) or offset + j // seg_len.
+
+    Python ints, which numba types as int64 just as it does np.int64 scalars (the same compiled
+    signature), without the cost of building the scalars on every call."""
     shape = gran.x_shape
     if gran.kind == "tensor":
         n = max(size, 1)
         return n, n, False, 1, 0, 1, 0
     axis = gran.axis
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    outer = math.prod(shape[:axis])
     length = shape[axis]
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    inner = math.prod(shape[axis + 1:])
     if gran.kind == "axis":
         if inner == 1:
             return length, length, True, 1, 0, 1, 0
@@ -108,36 +113,34 @@ def _layout(gran: Granularity, size: int) -> tuple:
 
 
 def _flat(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array).reshape(-1)
+    # ravel: C-contiguous and 1-D, a view when x already is contiguous (reshape(-1) would keep the
+    # strides of a strided 1-D array)
+    return array.ravel()
 
 
-# Tags that select code paths at compile time (numba specialises on argument types).
-_PRECISION_TAG = {
-    np.dtype(np.float32): np.float32(0),
-    np.dtype(np.float64): np.float64(0),
-    np.dtype(np.float16): np.uint16(0),  # uint16 stands for float16 bits
+def _empty(shape: tuple, dtype: np.dtype, n: int) -> np.ndarray:
+    """`output_pool.empty`, whose answer below its threshold is np.empty, without its Python overhead."""
+    if n * dtype.itemsize < output_pool.MIN_POOLED_BYTES:
+        return np.empty(shape, dtype)
+    return output_pool.empty(shape, dtype)
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_F16, _BF16 = np.dtype(np.float16), dtypes.get("bfloat16").dtype
+
+# Per division precision: (tag, carrier). The tag selects the code path at compile time (numba specialises
+# on argument types): uint16 stands for float16 bits, int16 for bfloat16 bits. The carrier is the type the
+# kernels compute in: float64 for float64, else float32. A precision not listed here has no kernel.
+_PRECISIONS = {
+    _F32: (np.float32(0), _F32),
+    _F64: (np.float64(0), _F64),
+    _F16: (np.uint16(0), _F32),
+    _BF16: (np.int16(0), _F32),
 }
-_STORAGE_VIEW = {  # how a float16/bfloat16 array is handed to numba: raw bits, told apart by signedness
-    "float16": np.uint16,
-    "bfloat16": np.int16,
-}
-
-
-def _precision_tag(precision: np.dtype):
-    if precision.name == "bfloat16":
-        return np.int16(0)  # int16 stands for bfloat16 bits
-    return _PRECISION_TAG[np.dtype(precision)]
-
-
-def _carrier(precision: np.dtype) -> np.dtype:
-    """The type the kernels compute in for a precision: float64 for float64, else float32."""
-    return np.dtype(np.float64) if np.dtype(precision) == np.float64 else np.dtype(np.float32)
-
-
-def _as_kernel_input(x: np.ndarray) -> np.ndarray:
-    view = _STORAGE_VIEW.get(x.dtype.name)
-    flat = _flat(x)
-    return flat.view(view) if view is not None else flat
+# How float16/bfloat16 arrays are handed to numba: raw bits, told apart by signedness. The keys are also
+# the x (quantize) and output (dequantize) types the kernels take.
+_STORAGE_VIEW = {_F32: None, _F16: np.uint16, _BF16: np.int16}
+_Q_INPUT_VIEW = {**_STORAGE_VIEW, np.dtype(np.int32): None}
 
 
 def _byte_view(t: ElementType) -> np.dtype | None:
@@ -147,9 +150,32 @@ def _byte_view(t: ElementType) -> np.dtype | None:
     return None
 
 
-def _run(kernel: str, n: int, *args):
-    """Run the serial nogil kernel ``<kernel>_serial`` over [0, n), in chunks on several threads."""
-    threads.run_chunked(getattr(_numba(), kernel + "_serial"), n, *args)
+_BYTE_VIEW: dict[np.dtype, np.dtype | None] = {t.dtype: _byte_view(t) for t in dtypes.TYPES}
+
+
+def _int_output_constants(output: ElementType, wide: np.dtype) -> tuple:
+    """(lo, hi, mask) of an integer output: its bounds in the wide type, and the bits it keeps."""
+    key = (output.dtype, wide)
+    constants = _INT_OUTPUT_CONSTANTS.get(key)
+    if constants is None:
+        mask = np.int32((1 << output.bits) - 1 if output.bits < 8 else -1)
+        constants = wide.type(output.qmin), wide.type(output.qmax), mask
+        _INT_OUTPUT_CONSTANTS[key] = constants
+    return constants
+
+
+_INT_OUTPUT_CONSTANTS: dict[tuple, tuple] = {}
+_SMALL_FLOAT_ARGS: dict[tuple, tuple] = {}  # (output dtype, saturate) -> encode_small_float's arguments
+
+
+def _small_float_args(output: ElementType, saturate: bool) -> tuple:
+    key = (output.dtype, saturate)
+    args = _SMALL_FLOAT_ARGS.get(key)
+    if args is None:
+        from .small_float import SmallFloatFormat
+
+        args = _SMALL_FLOAT_ARGS[key] = SmallFloatFormat.of(output).args(saturate)
+    return args
 
 
 # ----------------------------------------------------------------------------------------------- public
@@ -157,42 +183,44 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
                     precision: np.dtype):
     if not kernels_enabled():
         return None
-    if x.dtype.name not in ("float32", "float16", "bfloat16", "int32"):
+    if x.dtype not in _Q_INPUT_VIEW:
         return None
-    if np.dtype(precision).name not in ("float32", "float16", "bfloat16", "float64"):
+    precision = np.dtype(precision)
+    tag_carrier = _PRECISIONS.get(precision)
+    if tag_carrier is None:
         return None
-    out = output_pool.empty(x.shape, output.dtype)
+    tag, carrier = tag_carrier
     n = x.size
+    out = _empty(x.shape, output.dtype, n)
     if n == 0:
         return out
-    carrier = _carrier(precision)
-    tag = _precision_tag(np.dtype(precision))
-    geometry = tuple(np.int64(v) if not isinstance(v, bool) else v for v in _layout(granularity, n))
+    geometry = _layout(granularity, n)
     scale = _flat(y_scale).astype(precision, copy=False).astype(carrier, copy=False)  # no copy for float32
-    xin = _as_kernel_input(x)
-    view = _byte_view(output)
+    xin = _flat(x)
+    view = _Q_INPUT_VIEW[x.dtype]
+    if view is not None:
+        xin = xin.view(view)
+    view = _BYTE_VIEW[output.dtype]
     out_flat = out.reshape(-1)
     out_k = out_flat.view(view) if view is not None else out_flat
+    nb = _numba()
 
     if output.is_integer:
-        wide = np.dtype(np.float64) if (carrier == np.float64 or output.bits > 16) else np.dtype(np.float32)
+        wide = _F64 if (carrier is _F64 or output.bits > 16) else _F32
         if y_zero_point is None:
             zp = np.zeros(scale.size, wide)
         else:
             zp = _flat(y_zero_point).astype(wide)  # exact: every integer zero point fits the wide type
-        mask = np.int32((1 << output.bits) - 1 if output.bits < 8 else -1)
-        lo, hi = wide.type(output.qmin), wide.type(output.qmax)
-        _run("_q_int", n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
+        lo, hi, mask = _int_output_constants(output, wide)
+        threads.run_chunked(nb._q_int_serial, n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
         return out
 
     if not output.is_small_float:
         return None
-    from .small_float import SmallFloatFormat
-
-    fmt = SmallFloatFormat.of(output).args(bool(saturate))
+    fmt = _small_float_args(output, bool(saturate))
     add_zp = y_zero_point is not None
     zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False) if add_zp else np.zeros(scale.size, carrier)
-    _run("_q_float", n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
+    threads.run_chunked(nb._q_float_serial, n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
     return out
 
 
@@ -208,38 +236,55 @@ def _decode_table(t: ElementType) -> np.ndarray:
     return table
 
 
-def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity: Granularity,
-                      output: ElementType):
-    if not kernels_enabled():
-        return None
-    if output.onnx_name not in ("float", "float16", "bfloat16"):
-        return None
-    out = output_pool.empty(x.shape, output.dtype)
-    n = x.size
-    if n == 0:
-        return out
-    geometry = tuple(np.int64(v) if not isinstance(v, bool) else v for v in _layout(granularity, n))
-    scale = _flat(x_scale).astype(np.float32, copy=False)
-    out_flat = out.reshape(-1)
-    view = _STORAGE_VIEW.get(output.dtype.name)
-    out_k = out_flat.view(view) if view is not None else out_flat
-    view = _byte_view(x_type)
-    xin = _flat(x).view(view) if view is not None else _flat(x)
+_DQ_OUTPUTS = ("float", "float16", "bfloat16")
+_DQ_INPUT_CONSTANTS: dict[np.dtype, tuple] = {}  # x dtype -> (zero point type, mask, sign, table)
+_NO_TABLE = np.zeros(1, np.float32)  # integer x: the kernel takes a table argument it does not read
 
+
+def _dq_input_constants(x_type: ElementType) -> tuple | None:
+    """How the kernel decodes x: the zero point's type, the code mask and sign bit of sub-byte integers,
+    and the float8/6/4 decode table. None for a type the kernel does not take."""
+    constants = _DQ_INPUT_CONSTANTS.get(x_type.dtype)
+    if constants is not None:
+        return constants
     if x_type.is_integer:
-        zp_type = np.int64 if x_type.bits > 16 else np.int32
-        zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(zp_type)
+        zp_type = np.dtype(np.int64 if x_type.bits > 16 else np.int32)
         if x_type.bits < 8:
             mask = np.int32((1 << x_type.bits) - 1)
             sign = np.int32(1 << (x_type.bits - 1)) if x_type.qmin < 0 else np.int32(0)
         else:
             mask, sign = np.int32(-1), np.int32(0)
-        table = np.zeros(1, np.float32)
+        constants = zp_type, mask, sign, _NO_TABLE
     elif x_type.is_small_float:
-        zp = np.zeros(scale.size, np.float32) if x_zero_point is None else _flat(x_zero_point).astype(np.float32)
-        mask, sign = np.int32(255), np.int32(0)
-        table = _decode_table(x_type)
+        constants = _F32, np.int32(255), np.int32(0), _decode_table(x_type)
     else:
         return None
-    _run("_dq", n, xin, scale, zp, out_k, *geometry, mask, sign, table)
+    _DQ_INPUT_CONSTANTS[x_type.dtype] = constants
+    return constants
+
+
+def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity: Granularity,
+                      output: ElementType):
+    if not kernels_enabled():
+        return None
+    if output.onnx_name not in _DQ_OUTPUTS:
+        return None
+    n = x.size
+    out = _empty(x.shape, output.dtype, n)
+    if n == 0:
+        return out
+    geometry = _layout(granularity, n)
+    scale = _flat(x_scale).astype(np.float32, copy=False)
+    out_flat = out.reshape(-1)
+    view = _STORAGE_VIEW[output.dtype]
+    out_k = out_flat.view(view) if view is not None else out_flat
+    view = _BYTE_VIEW[x_type.dtype]
+    xin = _flat(x).view(view) if view is not None else _flat(x)
+
+    constants = _dq_input_constants(x_type)
+    if constants is None:
+        return None
+    zp_type, mask, sign, table = constants
+    zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(zp_type)
+    threads.run_chunked(_numba()._dq_serial, n, xin, scale, zp, out_k, *geometry, mask, sign, table)
     return out

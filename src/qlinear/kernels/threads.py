@@ -92,11 +92,15 @@ def run_chunked(fn, n: int, *args, item_size: int = 1) -> None:
     """Run ``fn(*args, start, stop)`` over ``[0, n)`` on `get_num_threads()` threads, the caller included.
 
     ``item_size`` is the number of elements one unit of ``[0, n)`` stands for (a row, say)."""
+    elements = n * item_size
+    # the size tests first: small calls (the common case) need not look up the thread count
+    if elements < SERIAL_BELOW or n < 2:
+        fn(*args, 0, n)  # Python ints: numba types them as int64, as it does np.int64 scalars
+        return
     import numpy as np
 
     workers = get_num_threads()
-    elements = n * item_size
-    if workers == 1 or elements < SERIAL_BELOW or n < 2:
+    if workers == 1:
         fn(*args, np.int64(0), np.int64(n))
         return
     chunks = int(min(n, max(workers, min(4 * workers, elements // _CHUNK_MIN))))

@@ -23,7 +23,7 @@ _DQ = "dequantize_linear"
 
 
 def _label(schema: schemas.Schema) -> str:
-    return f"{schema.op}-{schema.since}"
+    return schema.label
 
 
 def _has_dtype(value) -> bool:
@@ -38,6 +38,13 @@ def _array(value, function: str, name: str, default: ElementType | None, allowed
     which must be allowed (no silent conversions of a float64 array, for instance). A dask array
     stays lazy with ``keep_lazy`` (x); scales and zero points are small and are computed.
     """
+    if type(value) is np.ndarray or isinstance(value, np.generic):
+        # The common case, decided without the general path's tests; anything it would reject (or a
+        # dtype outside the table) falls through to the general path, which raises its error.
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        kind = _TYPE_OF_DTYPE.get(array.dtype)
+        if kind is not None and kind.onnx_name in allowed:
+            return array, kind
     if value is None:
         raise TypeError(f"{function}: {name} is required, got None")
     if _has_dtype(value):
@@ -86,6 +93,8 @@ def _check_attributes(schema: schemas.Schema, function: str, **given) -> None:
 
 
 def _flag(value, function: str, name: str) -> bool:
+    if type(value) is int and 0 <= value <= 1:  # the default 1, without the numbers.Integral test below
+        return value == 1
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and int(value) in (0, 1)):
         return bool(value)
     raise ValueError(f"{function}: {name} must be 0 or 1, got {value!r}")
@@ -107,26 +116,35 @@ def _division_dtype(scale_type: ElementType) -> np.dtype:
 
 
 _PRECISIONS = ("float", "float16", "bfloat16", "double")
+_FLOAT = dtypes.get("float")
+_UINT8 = dtypes.get("uint8")
+_TYPE_OF_DTYPE = dtypes.BY_DTYPE
+# The attributes each operator has; a schema version that has them all has nothing to reject, so the
+# operators skip `_check_attributes` (and building its arguments) for it.
+_Q_ATTRIBUTES = frozenset({"axis", "block_size", "output_dtype", "saturate", "precision"})
+_DQ_ATTRIBUTES = frozenset({"axis", "block_size", "output_dtype"})
 
 
 def _prepare_quantize(x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset):
     """Validate QuantizeLinear's arguments against the schema version; return them normalised."""
     schema = schemas.schema_for("QuantizeLinear", opset, _Q)
-    label = _label(schema)
-    _check_attributes(
-        schema, _Q,
-        **{name: value for name, value, default in (
-            ("axis", axis, 1), ("block_size", block_size, 0), ("output_dtype", output_dtype, None),
-            ("saturate", saturate, 1), ("precision", precision, None)) if not _same(value, default)},
-    )
+    label = schema.label
+    if not _Q_ATTRIBUTES <= schema.attributes:
+        _check_attributes(
+            schema, _Q,
+            **{name: value for name, value, default in (
+                ("axis", axis, 1), ("block_size", block_size, 0), ("output_dtype", output_dtype, None),
+                ("saturate", saturate, 1), ("precision", precision, None)) if not _same(value, default)},
+        )
 
-    x, x_type = _array(x, _Q, "x", dtypes.get("float"), schema.full_precision_types, schema, keep_lazy=True)
+    x, x_type = _array(x, _Q, "x", _FLOAT, schema.full_precision_types, schema, keep_lazy=True)
     scale_types = schema.scale_types if schema.scale_types is not None else (x_type.onnx_name,)
     if schema.scale_types is None and _has_dtype(y_scale) and np.asarray(y_scale).dtype != x.dtype:
         raise TypeError(
             f"{_Q}: {label} requires y_scale to have x's type ({x_type.onnx_name}), got {np.asarray(y_scale).dtype}"
         )
-    y_scale, scale_type = _array(y_scale, _Q, "y_scale", dtypes.resolve_dtype(scale_types[0], "y_scale", _Q), scale_types, schema)
+    # dtypes.get: the schema's names are the table's own (resolve_dtype would return the same row)
+    y_scale, scale_type = _array(y_scale, _Q, "y_scale", dtypes.get(scale_types[0]), scale_types, schema)
 
     requested = None
     if output_dtype is not None and not _same(output_dtype, 0):
@@ -155,7 +173,7 @@ def _prepare_quantize(x, y_scale, y_zero_point, axis, block_size, output_dtype, 
                 f"np.uint8({y_zero_point!r}) or set output_dtype"
             )
     else:
-        output = requested or dtypes.get("uint8")
+        output = requested or _UINT8
     if output.onnx_name not in schema.quantized_types:
         raise ValueError(f"{_Q}: {label} cannot output {output.onnx_name}; it accepts {', '.join(schema.quantized_types)}")
 
@@ -189,7 +207,7 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
     """
     x, y_scale, y_zero_point, gran, output, saturate, division = _prepare_quantize(
         x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset)
-    if is_dask_array(x):
+    if type(x) is not np.ndarray and is_dask_array(x):
         return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
     result = kernels.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
     if result is None:  # no kernel for this case (or kernels switched off): the reference
@@ -200,13 +218,14 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
 def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype, opset):
     """Validate DequantizeLinear's arguments against the schema version; return them normalised."""
     schema = schemas.schema_for("DequantizeLinear", opset, _DQ)
-    label = _label(schema)
-    _check_attributes(
-        schema, _DQ,
-        **{name: value for name, value, default in (
-            ("axis", axis, 1), ("block_size", block_size, 0), ("output_dtype", output_dtype, None))
-           if not _same(value, default)},
-    )
+    label = schema.label
+    if not _DQ_ATTRIBUTES <= schema.attributes:
+        _check_attributes(
+            schema, _DQ,
+            **{name: value for name, value, default in (
+                ("axis", axis, 1), ("block_size", block_size, 0), ("output_dtype", output_dtype, None))
+               if not _same(value, default)},
+        )
 
     if not _has_dtype(x) and _has_dtype(x_zero_point):
         x = np.asarray(x).astype(np.asarray(x_zero_point).dtype)  # a list of numbers takes the zero point's type
@@ -218,8 +237,7 @@ def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype
                 raise TypeError(f"{_DQ}: x_zero_point must have x's type ({x_type.onnx_name}), got {x_zero_point.dtype}")
         else:
             x_zero_point = _exact_convert(np.asarray(x_zero_point), x_type, _DQ, "x_zero_point")
-    y_scale_default = dtypes.get("float")
-    x_scale, scale_type = _array(x_scale, _DQ, "x_scale", y_scale_default, schema.scale_types, schema)
+    x_scale, scale_type = _array(x_scale, _DQ, "x_scale", _FLOAT, schema.scale_types, schema)
 
     if output_dtype is not None and not _same(output_dtype, 0):
         output = dtypes.resolve_dtype(output_dtype, "output_dtype", _DQ)
@@ -252,7 +270,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     """
     x, x_type, x_scale, x_zero_point, gran, output = _prepare_dequantize(
         x, x_scale, x_zero_point, axis, block_size, output_dtype, opset)
-    if is_dask_array(x):
+    if type(x) is not np.ndarray and is_dask_array(x):
         return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
     result = kernels.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
     if result is None:
