@@ -15,6 +15,8 @@ float32 operations in the same order with FTZ/DAZ, runs in numba (`_tf_quantize_
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..reference import tf_quantize as ref
@@ -32,6 +34,13 @@ def _numba():
 
         _compiled = _tf_quantize_numba
     return _compiled
+
+
+def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """`output_pool.empty`, whose answer below its threshold is np.empty, without its Python overhead."""
+    if math.prod(shape) * dtype.itemsize < output_pool.MIN_POOLED_BYTES:
+        return np.empty(shape, dtype)
+    return output_pool.empty(shape, dtype)
 
 
 def _launch(name: str, shape: tuple[int, int, int], *args):
@@ -69,17 +78,41 @@ def _no_flush(mode, a, b) -> bool:
     return bool(np.all((b == 0) | (np.abs(b) >= _NO_FLUSH_MIN)))
 
 
-def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
-    if strict or not kernels_enabled():
-        return None
+# The per-slice constants are a pure function of the ranges, the type and the attributes, and computing
+# them (a few dozen NumPy calls on tiny arrays) costs more than quantizing thousands of elements. A model
+# quantizes with the same ranges call after call, so they are kept, keyed by the ranges' exact float32
+# bits: a hit returns what the computation would. Only calls with at most _CACHED_SLICES slices are
+# kept (bounded memory); the table is emptied when it reaches _CACHE_ENTRIES entries.
+_CACHED_SLICES = 256
+_CACHE_ENTRIES = 256
+_quantize_constants_cache: dict[tuple, tuple] = {}
+_dequantize_constants_cache: dict[tuple, tuple] = {}
+_LIMITS: dict[np.dtype, tuple[int, int]] = {}
+
+
+def _limits(dtype: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype (np.iinfo is slow to build)."""
+    limits = _LIMITS.get(dtype)
+    if limits is None:
+        info = np.iinfo(dtype)
+        limits = _LIMITS[dtype] = int(info.min), int(info.max)
+    return limits
+
+
+def _remember(cache: dict, key, value) -> None:
+    if len(cache) >= _CACHE_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+def _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range,
+                        slices):
+    """(a, b, c, code, half_range, lower, upper, nan_value, out_min, out_max) for `_tf_quantize_numba.quantize`,
+    computed as the reference computes them; None for a mode without a kernel."""
     nb = _numba()
-    dtype = np.dtype(dtype)
-    info = np.iinfo(dtype)
-    lo, hi = int(info.min), int(info.max)
-    pre, slices, post = x3.shape
+    lo, hi = _limits(dtype)
     with np.errstate(all="ignore"):
-        min_r, max_r = ref.adjust_range(np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1),
-                                        F32(ensure_minimum_range))
+        min_r, max_r = ref.adjust_range(min_range, max_range, F32(ensure_minimum_range))
         min_r, max_r = np.broadcast_to(min_r, (slices,)).astype(F32), np.broadcast_to(max_r, (slices,)).astype(F32)
         half_range, lower, upper = F32(0), F32(0), F32(0)
         if mode == ref.SCALED:  # _scaled
@@ -118,21 +151,43 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
             # no min is 0 either: clamped - min is never subnormal (see _no_flush)
             code = nb.Q_COMBINED_SIGNED_EXACT if lo < 0 else nb.Q_COMBINED_UNSIGNED_EXACT
     nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
-    x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = output_pool.empty(x3.shape, dtype)
-    if x.size:
-        _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, np.int64(post), np.int64(slices), np.int64(code),
-                F32(half_range), F32(lower), F32(upper), nan_value)
-    return out, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
+    return (a, b, c, np.int64(code), F32(half_range), F32(lower), F32(upper), nan_value,
+            np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1))
 
 
-def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
+def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
     if strict or not kernels_enabled():
         return None
+    dtype = np.dtype(dtype)
+    pre, slices, post = x3.shape
+    min_range, max_range = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
+    ensure = F32(ensure_minimum_range)
+    key = constants = None
+    if slices <= _CACHED_SLICES:
+        key = (dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(), slices,
+               min_range.tobytes(), max_range.tobytes())
+        constants = _quantize_constants_cache.get(key)
+    if constants is None:
+        constants = _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure, slices)
+        if constants is None:
+            return None
+        if key is not None:
+            _remember(_quantize_constants_cache, key, constants)
+    a, b, c, code, half_range, lower, upper, nan_value, out_min, out_max = constants
+    x = np.ascontiguousarray(x3, F32).reshape(-1)
+    out = _empty(x3.shape, dtype)
+    if x.size:
+        _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, post, slices, code, half_range, lower, upper,
+                nan_value)
+    # copies: the caller hands them to the user, and the cached ones must not change
+    return out, out_min.copy(), out_max.copy()
+
+
+def _dequantize_constants(min_range, max_range, qtype, mode, narrow_range, slices):
+    """(a, b, code, half) for `_tf_quantize_numba.dequantize`, computed as the reference computes them; None
+    for a mode without a kernel."""
     nb = _numba()
-    info = np.iinfo(q3.dtype)
-    lo, hi = int(info.min), int(info.max)
-    pre, slices, post = q3.shape
+    lo, hi = _limits(qtype)
     with np.errstate(all="ignore"):
         mn = np.broadcast_to(ref._ftz(min_range), (slices,)).astype(F32)
         mx = np.broadcast_to(ref._ftz(max_range), (slices,)).astype(F32)
@@ -144,7 +199,7 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
                 half = F32(F32(denom + F32(1)) / F32(2))
             code = nb.DQ_COMBINED
         elif mode == ref.MIN_FIRST:
-            bits = q3.dtype.itemsize * 8
+            bits = qtype.itemsize * 8
             width = ref._ftz(mx - mn)
             rs = ref._ftz(width.astype(F64) / (2.0**bits - 1.0))
             rounded_min = np.where(mx == mn, mn, ref._ftz(ref._round_half_away(ref._ftz(mn / rs)) * rs)).astype(F32)
@@ -155,13 +210,33 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
             if lo < 0:
                 scale = ref._cpp_max(ref._ftz(mn / F32(lo + (1 if narrow_range else 0))), scale).astype(F32)
             a, b = scale, np.zeros(slices, F32)
-            code = nb.DQ_SCALED_WRAP if (q3.dtype == np.int32 and slices == 1) else nb.DQ_SCALED
+            code = nb.DQ_SCALED_WRAP if (qtype == np.int32 and slices == 1) else nb.DQ_SCALED
         else:
             return None
     a, b = (np.ascontiguousarray(v, F32).reshape(-1) for v in (a, b))
+    return a, b, np.int64(code), F32(half)
+
+
+def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
+    if strict or not kernels_enabled():
+        return None
+    pre, slices, post = q3.shape
+    key = constants = None
+    if slices <= _CACHED_SLICES:
+        # the caller's ranges are float32 arrays (`qlinear.tf.quantize._range_values`); converting them is a
+        # no-op that makes the key's bytes their float32 bits whatever the caller passes
+        mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
+        key = (q3.dtype, mode, bool(narrow_range), slices, mins.shape, mins.tobytes(), maxs.shape, maxs.tobytes())
+        constants = _dequantize_constants_cache.get(key)
+    if constants is None:
+        constants = _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, slices)
+        if constants is None:
+            return None
+        if key is not None:
+            _remember(_dequantize_constants_cache, key, constants)
+    a, b, code, half = constants
     q = np.ascontiguousarray(q3).reshape(-1)
-    out = output_pool.empty(q3.shape, F32)
+    out = _empty(q3.shape, np.dtype(F32))
     if q.size:
-        _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, np.int64(post), np.int64(slices), np.int64(code),
-                F32(half))
+        _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, post, slices, code, half)
     return out

@@ -34,9 +34,23 @@ _OUTPUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtype
 # ---------------------------------------------------------------------------------------------
 # Kernels: the one place a faster implementation replaces the reference.
 # ---------------------------------------------------------------------------------------------
+def _kernel_modules():
+    """(tf_quantize, tf_quantize_extra): the fast kernels' wrappers, imported on the first call (an import
+    statement costs a microsecond even when the module is loaded)."""
+    global _kernel_wrappers
+    if _kernel_wrappers is None:
+        from qlinear.kernels import tf_quantize as fast  # numba kernels; None when none covers the case
+        from qlinear.kernels import tf_quantize_extra as extra  # strict=True, bfloat16 out
+
+        _kernel_wrappers = fast, extra
+    return _kernel_wrappers
+
+
+_kernel_wrappers = None
+
+
 def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
-    from qlinear.kernels import tf_quantize as _fast  # numba kernels; None when none covers the case
-    from qlinear.kernels import tf_quantize_extra as _extra  # strict=True
+    _fast, _extra = _kernel_modules()
 
     if strict:
         result = _extra.quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
@@ -51,8 +65,7 @@ def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_r
 
 def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
     """float32 or bfloat16 (the float32 result rounded to nearest even, as TensorFlow's kernel does)."""
-    from qlinear.kernels import tf_quantize as _fast
-    from qlinear.kernels import tf_quantize_extra as _extra  # strict=True, and bfloat16 out in one pass
+    _fast, _extra = _kernel_modules()  # _extra: strict=True, and bfloat16 out in one pass
 
     if strict or out_dtype != np.float32:
         result = _extra.dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype)
@@ -116,12 +129,26 @@ def _axis(func, value) -> int:
     return axis
 
 
+# dtypes that passed `_is_real` (a finite set: NumPy's ints and floats, and bfloat16): np.issubdtype is slow
+_REAL_DTYPES: set[np.dtype] = set()
+
+
+def _is_real(dtype: np.dtype) -> bool:
+    """Whether an input or a range of this dtype is accepted (it is then converted to float32)."""
+    if dtype in _REAL_DTYPES:
+        return True
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer) or dtype == ml_dtypes.bfloat16:
+        _REAL_DTYPES.add(dtype)
+        return True
+    return False
+
+
 def _float_input(func, value) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - report any conversion failure as a TypeError
         raise TypeError(f"{func}: input must be a real array-like of floats, got {type(value).__name__}") from exc
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == ml_dtypes.bfloat16):
+    if not _is_real(arr.dtype):
         raise TypeError(f"{func}: input must be a real array-like of floats (it is converted to float32), got dtype {arr.dtype}")
     return arr.astype(np.float32, copy=False)
 
@@ -131,10 +158,11 @@ def _range_values(func, argument, value) -> np.ndarray:
         arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001
         raise TypeError(f"{func}: {argument} must be a float or an array of floats, got {type(value).__name__}") from exc
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == ml_dtypes.bfloat16):
+    if not _is_real(arr.dtype):
         raise TypeError(f"{func}: {argument} must be a float or an array of floats, got dtype {arr.dtype}")
     arr = arr.astype(np.float32)
-    if not np.all(np.isfinite(arr)):
+    # one value (the common case) is tested as a Python float, exactly and without NumPy's reduction calls
+    if not (math.isfinite(arr.item()) if arr.size == 1 else np.isfinite(arr).all()):
         # TensorFlow accepts NaN/inf ranges and produces platform-dependent garbage; qlinear rejects
         # them (a documented deviation).
         raise ValueError(f"{func}: {argument} must be finite, got {arr.tolist()}")
@@ -179,7 +207,7 @@ def quantize_v2(
     docs/semantics.md.
     """
     func = "quantize_v2"
-    if is_dask_array(input):
+    if type(input) is not np.ndarray and is_dask_array(input):
         return dask_adapter.tf_quantize_v2(
             input, min_range, max_range, T, mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis,
             ensure_minimum_range=ensure_minimum_range, strict=strict)
@@ -196,7 +224,8 @@ def quantize_v2(
         ensure = np.float32(ensure_minimum_range)
     except (TypeError, ValueError):
         raise TypeError(f"{func}: ensure_minimum_range must be a float, got {type(ensure_minimum_range).__name__}") from None
-    if not np.isfinite(ensure):
+    # math.isfinite: exact for a float32 scalar, without a ufunc call (np.float32 of a sequence is an array)
+    if not (math.isfinite(ensure) if type(ensure) is np.float32 else np.isfinite(ensure)):
         raise ValueError(f"{func}: ensure_minimum_range must be finite, got {ensure_minimum_range!r}")
     mins = _range_values(func, "min_range", min_range)
     maxs = _range_values(func, "max_range", max_range)
@@ -222,8 +251,11 @@ def quantize_v2(
     if not per_tensor and mode == _ref.MIN_FIRST:
         raise ValueError(f"{func}: mode 'MIN_FIRST' is not implemented for per-axis quantization (axis={axis})")
     mins, maxs = mins.reshape(-1), maxs.reshape(-1)
-    bad = np.flatnonzero(maxs < mins)
-    if bad.size:
+    if mins.size == 1 and maxs.size == 1:  # per-tensor: compared as Python floats (exact), no array calls
+        bad = [0] if maxs.item() < mins.item() else []
+    else:
+        bad = np.flatnonzero(maxs < mins)
+    if len(bad):
         i = int(bad[0])
         where = "" if per_tensor else f" at slice {i}"
         raise ValueError(
@@ -277,7 +309,7 @@ def dequantize(
     rounds once.
     """
     func = "dequantize"
-    if is_dask_array(input):
+    if type(input) is not np.ndarray and is_dask_array(input):
         return dask_adapter.tf_dequantize(input, min_range, max_range, mode=mode, narrow_range=narrow_range,
                                           axis=axis, dtype=dtype, strict=strict)
     if not hasattr(input, "dtype"):
