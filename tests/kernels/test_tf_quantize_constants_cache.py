@@ -87,13 +87,15 @@ def test_quantize_v2_per_axis_ranges_do_not_share_constants():
         _check(qlinear.tf.quantize_v2, x.T.copy(), mins, maxs, "qint8", mode=mode, axis=0)
 
 
-def test_quantize_v2_output_ranges_are_the_callers_own():
-    x = np.tile(X, (3, 1)).T.copy()
+@pytest.mark.parametrize("strict", [False, True])
+def test_quantize_v2_output_ranges_are_the_callers_own(strict):
+    x = np.tile(X[np.isfinite(X)], (3, 1)).T.copy()
     mins, maxs = np.array([-1.0, -2.0, -3.0], F32), np.array([1.0, 2.0, 3.0], F32)
-    _, out_min, out_max = _check(qlinear.tf.quantize_v2, x, mins, maxs, "qint8", mode="SCALED", axis=1)
-    out_min[:] = 7  # the user may write into what they were given ...
-    out_max[:] = 7
-    _check(qlinear.tf.quantize_v2, x, mins, maxs, "qint8", mode="SCALED", axis=1)  # ... without effect here
+    for mode in ("SCALED", "MIN_COMBINED"):
+        _, out_min, out_max = _check(qlinear.tf.quantize_v2, x, mins, maxs, "qint8", mode=mode, axis=1, strict=strict)
+        out_min[:] = 7  # the user may write into what they were given ...
+        out_max[:] = 7
+        _check(qlinear.tf.quantize_v2, x, mins, maxs, "qint8", mode=mode, axis=1, strict=strict)  # ... to no effect
 
 
 def test_quantize_v2_many_slices_and_a_full_table(monkeypatch):
@@ -117,3 +119,21 @@ def test_dequantize_types_attributes_and_ranges_do_not_share_constants():
     q2 = np.tile(q, (2, 1)).T.copy()  # (6, 2)
     _check(qlinear.tf.dequantize, q2, np.array([-1, -2], F32), np.array([1, 2], F32), mode="SCALED", axis=1)
     _check(qlinear.tf.dequantize, q2, np.array([-2, -1], F32), np.array([2, 1], F32), mode="SCALED", axis=1)
+
+
+def test_strict_quantize_v2_attributes_and_ranges_do_not_share_constants():
+    x = X[np.isfinite(X)]  # strict=True rejects NaN
+    for (lo, hi), attrs in itertools.product(RANGES, QUANTIZE_ATTRIBUTES):
+        attrs = dict(attrs)
+        T = attrs.pop("T")
+        _check(qlinear.tf.quantize_v2, x, lo, hi, T, strict=True, **attrs)
+
+
+def test_strict_and_bfloat16_dequantize_do_not_share_constants():
+    for (lo, hi), T, narrow in itertools.product(RANGES, [np.int8, np.uint8, np.int32], [False, True]):
+        info = np.iinfo(T)
+        q = np.array([info.min, -1 if info.min < 0 else 1, 0, 1, 7, info.max], T)
+        for mode in ("SCALED", "MIN_COMBINED", "MIN_FIRST"):
+            _check(qlinear.tf.dequantize, q, lo, hi, mode=mode, narrow_range=narrow, strict=True)
+        for strict in (True, False):  # bfloat16 output: MIN_COMBINED only
+            _check(qlinear.tf.dequantize, q, lo, hi, narrow_range=narrow, strict=strict, dtype="bfloat16")

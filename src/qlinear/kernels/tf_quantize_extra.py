@@ -20,8 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import tf_quantize as ref
-from . import output_pool, threads
+from . import threads
 from .quantize_linear import kernels_enabled
+from .tf_quantize import _CACHED_SLICES, _empty, _limits, _remember
 
 F32, F64 = np.float32, np.float64
 _compiled = None
@@ -46,19 +47,22 @@ def _items(shape):
     return pre * slices, post
 
 
-def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range):
-    if not kernels_enabled():
-        return None
+# Per-slice constants kept between calls, as in `qlinear.kernels.tf_quantize` (see the comment there; the same
+# bounds and the same exact-bits keys).
+_quantize_strict_cache: dict[tuple, tuple] = {}
+_dequantize_cache: dict[tuple, tuple] = {}
+
+
+def _quantize_strict_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range,
+                               slices):
+    """(p, code, q_min, out_min, out_max) for `_tf_quantize_extra_numba.quantize_strict`, computed as the
+    reference computes them; None for a mode without a kernel."""
     nb = _numba()
-    dtype = np.dtype(dtype)
-    info = np.iinfo(dtype)
-    lo, hi = int(info.min), int(info.max)
-    pre, slices, post = x3.shape
+    lo, hi = _limits(dtype)
     p = np.zeros((slices, 4), F64)
     q_min = F64(lo)
     with np.errstate(all="ignore"):
-        min_r, max_r = ref.adjust_range(np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1),
-                                        F32(ensure_minimum_range))
+        min_r, max_r = ref.adjust_range(min_range, max_range, F32(ensure_minimum_range))
         min_r = np.broadcast_to(min_r, (slices,)).astype(F32)
         max_r = np.broadcast_to(max_r, (slices,)).astype(F32)
         out_min, out_max = min_r, max_r
@@ -86,30 +90,46 @@ def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow
             code = nb.QS_SCALED_EVEN if round_mode == ref.HALF_TO_EVEN else nb.QS_SCALED_AWAY
         else:
             return None
+    return p, np.int64(code), q_min, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
+
+
+def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range):
+    if not kernels_enabled():
+        return None
+    dtype = np.dtype(dtype)
+    pre, slices, post = x3.shape
+    min_range, max_range = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
+    ensure = F32(ensure_minimum_range)
+    key = constants = None
+    if slices <= _CACHED_SLICES:
+        key = (dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(), slices,
+               min_range.tobytes(), max_range.tobytes())
+        constants = _quantize_strict_cache.get(key)
+    if constants is None:
+        constants = _quantize_strict_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure,
+                                               slices)
+        if constants is None:
+            return None
+        if key is not None:
+            _remember(_quantize_strict_cache, key, constants)
+    p, code, q_min, out_min, out_max = constants
     x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = output_pool.empty(x3.shape, dtype)
+    out = _empty(x3.shape, dtype)
     if x.size:
         items, size = _items(x3.shape)
-        threads.run_chunked(nb.quantize_strict, items, x, out.reshape(-1), p, np.int64(slices), np.int64(post),
-                            np.int64(code), q_min, F64(hi), item_size=size)
-    return out, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
+        threads.run_chunked(_numba().quantize_strict, items, x, out.reshape(-1), p, slices, post, code, q_min,
+                            F64(_limits(dtype)[1]), item_size=size)
+    # copies: the caller hands them to the user, and the cached ones must not change
+    return out, out_min.copy(), out_max.copy()
 
 
-def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
-    out_dtype = np.dtype(out_dtype)
-    bf16 = out_dtype != np.dtype(F32)
-    if not kernels_enabled() or not (strict or bf16):
-        return None
+def _dequantize_constants(min_range, max_range, qtype, mode, narrow_range, strict, slices):
+    """strict: (p, code) for `dequantize_strict`; else (a, b, half) for `dequantize_bf16`; computed as the
+    reference computes them. None for a mode without a kernel."""
     nb = _numba()
-    info = np.iinfo(q3.dtype)
-    lo, hi = int(info.min), int(info.max)
-    pre, slices, post = q3.shape
+    lo, hi = _limits(qtype)
     mins = np.broadcast_to(np.asarray(min_range, F32).reshape(-1), (slices,))
     maxs = np.broadcast_to(np.asarray(max_range, F32).reshape(-1), (slices,))
-    q = np.ascontiguousarray(q3).reshape(-1)
-    out = output_pool.empty(q3.shape, out_dtype)
-    flat_out = out.reshape(-1).view(np.uint16) if bf16 else out.reshape(-1)
-    items, size = _items(q3.shape)
     with np.errstate(all="ignore"):
         if strict:  # _dequantize_strict
             mn, mx = mins.astype(F64), maxs.astype(F64)
@@ -125,10 +145,7 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
                 code = nb.DQS_SCALED
             else:
                 return None
-            if q.size:
-                threads.run_chunked(nb.dequantize_strict, items, q, flat_out, p, np.int64(slices), np.int64(post),
-                                    np.int64(code), F64(lo), bool(bf16), item_size=size)
-            return out
+            return p, np.int64(code)
         if mode != ref.MIN_COMBINED:  # bfloat16 output exists for MIN_COMBINED only (validated by the caller)
             return None
         # the MIN_COMBINED constants of reference.dequantize, with its DAZ on the ranges
@@ -136,8 +153,38 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
         denom = F32(F32(hi) - F32(lo))
         scale = ref._ftz(ref._ftz(mx - mn) / denom)
         half = F32(F32(denom + F32(1)) / F32(2)) if lo < 0 else F32(0)
-        a, b = np.ascontiguousarray(scale, F32), np.ascontiguousarray(mn, F32)
+        return np.ascontiguousarray(scale, F32), np.ascontiguousarray(mn, F32), half
+
+
+def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
+    out_dtype = np.dtype(out_dtype)
+    bf16 = out_dtype != np.dtype(F32)
+    if not kernels_enabled() or not (strict or bf16):
+        return None
+    pre, slices, post = q3.shape
+    key = constants = None
+    if slices <= _CACHED_SLICES:
+        mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
+        key = (q3.dtype, mode, bool(narrow_range), bool(strict), slices, mins.shape, mins.tobytes(), maxs.shape,
+               maxs.tobytes())
+        constants = _dequantize_cache.get(key)
+    if constants is None:
+        constants = _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, strict, slices)
+        if constants is None:
+            return None
+        if key is not None:
+            _remember(_dequantize_cache, key, constants)
+    q = np.ascontiguousarray(q3).reshape(-1)
+    out = _empty(q3.shape, out_dtype)
+    flat_out = out.reshape(-1).view(np.uint16) if bf16 else out.reshape(-1)
+    items, size = _items(q3.shape)
     if q.size:
-        threads.run_chunked(nb.dequantize_bf16, items, q, flat_out, a, b, half, np.int64(slices), np.int64(post),
-                            item_size=size)
+        nb = _numba()
+        if strict:
+            p, code = constants
+            threads.run_chunked(nb.dequantize_strict, items, q, flat_out, p, slices, post, code,
+                                F64(_limits(q3.dtype)[0]), bool(bf16), item_size=size)
+        else:
+            a, b, half = constants
+            threads.run_chunked(nb.dequantize_bf16, items, q, flat_out, a, b, half, slices, post, item_size=size)
     return out
