@@ -153,6 +153,27 @@ def test_conv_requantization_fused(path, mode, ydt, per_channel):
         np.testing.assert_array_equal(got, want)
 
 
+def test_repeated_calls_with_one_prepacked_weight_set(path):
+    """The per-plan epilogue cache (bias, x zero point, per-channel multipliers) never serves stale values:
+    every call of a sequence that changes one of them at a time equals the direct int64 result."""
+    rng = np.random.default_rng(12)
+    x, w = rand(rng, (1, 8, 7, 9), U8), rand(rng, (12, 8, 3, 3), I8)
+    packed = im2col.prepack_conv(w, np.int8(0), 1)
+    g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+    bias_a = rng.integers(-3000, 3000, 12).astype(np.int32)
+    bias_b = bias_a + 1
+    mult_a = (rng.random(12) * 4e-3).astype(np.float32)
+    mult_b = mult_a * np.float32(1.5)
+    for za, bias, mult in [(77, bias_a, mult_a), (77, bias_b, mult_a), (78, bias_b, mult_a), (78, bias_b, mult_b),
+                           (77, bias_a, mult_a), (77, bias_a, np.float32(2e-3)), (77, bias_a, np.float32(3e-3))]:
+        acc = direct_conv(x, za, w, 0, bias, 1, (1, 1), (1, 1), (1, 1), (1, 1))
+        np.testing.assert_array_equal(im2col.conv(x, U8(za), packed, bias, g, None, path=path), acc)
+        got = im2col.conv(x, U8(za), packed, bias, g, (mult, U8(5), U8, "float64"), path=path)
+        m = np.asarray(mult, np.float64).reshape((1, -1, 1, 1)) if np.ndim(mult) else np.float64(mult)
+        want = np.rint(np.clip(acc * m + 5.0, 0, 255)).astype(U8)
+        np.testing.assert_array_equal(got, want)
+
+
 @settings(max_examples=30)
 @given(data=st.data())
 def test_property_random_geometry(data):

@@ -681,7 +681,7 @@ if ig.HAVE_NUMBA:
 def _geometry(func, geometry, n_spatial):
     def get(name):
         v = geometry[name] if isinstance(geometry, dict) else getattr(geometry, name)
-        v = tuple(int(i) for i in v)
+        v = tuple(map(int, v))
         if len(v) != n_spatial:
             raise ValueError(f"{func}: geometry.{name} must have {n_spatial} entries, got {v}")
         return v
@@ -788,6 +788,7 @@ class _Plan:
         self.mp = -(-m_g // mr)
         self.row_off = [(np.arange(self.mp * mr, dtype=np.int64) + gi * m_g) * self.positions
                         for gi in range(packed.group)]
+        self.row_terms: dict = {}  # see _row_terms
         self.zeros_c = np.zeros(self.npn * nr, np.int32)
         self.zeros_r = np.zeros(self.mp * mr, np.int32)
         self.u1 = []
@@ -795,6 +796,28 @@ class _Plan:
             u1 = np.zeros(self.mp * mr, np.int32)
             u1[:m_g] = pw.zws
             self.u1.append(u1)
+
+
+def _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq):
+    """Group gi's per-row epilogue terms, padded to whole MR panels: the constant
+    C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]   (mod 2**32) part, and the
+    per-row multipliers. Kept on the plan for the last few (zero point, bias, multiplier) values: repeated
+    inference calls pass the same ones, and building them cost several microseconds per call."""
+    key = (gi, zau, bias_full.tobytes(), rq.mult.tobytes() if rq.rs else None)
+    cached = plan.row_terms.get(key)
+    if cached is not None:
+        return cached[0], (cached[1] if rq.rs else rq.mult)  # a per-tensor multiplier is passed as is
+    rterm = np.zeros(plan.mp * mr, np.int32)
+    rterm[:m_g] = ig.wrap_int32(bias_full[gi * m_g:(gi + 1) * m_g].astype(np.int64) + pw.rterm_coef(zau, k_total))
+    if rq.rs:
+        mult = np.zeros(plan.mp * mr, np.float64)
+        mult[:m_g] = rq.mult[gi * m_g:(gi + 1) * m_g]
+    else:
+        mult = rq.mult
+    if len(plan.row_terms) >= 8:
+        plan.row_terms.clear()
+    plan.row_terms[key] = rterm, mult
+    return rterm, mult
 
 
 def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path: str | None = None) -> np.ndarray:
@@ -932,15 +955,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             q_x, colsum = ig.call_parallel(_pack_columns, xflat, plan.koff, k_total, g, nr, n_img,
                                            c_in * plan.plane, gi * cg * plan.plane, out3[0], out3[1], out3[2],
                                            s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw)
-        # C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]   (mod 2**32)
-        rterm = np.zeros(plan.mp * mr, np.int32)
-        rterm[:m_g] = ig.wrap_int32(bias_full[gi * m_g:(gi + 1) * m_g].astype(np.int64)
-                                    + pw.rterm_coef(zau, k_total))
-        if rq.rs:
-            mult = np.zeros(plan.mp * mr, np.float64)
-            mult[:m_g] = rq.mult[gi * m_g:(gi + 1) * m_g]
-        else:
-            mult = rq.mult
+        rterm, mult = _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
         ig.call_parallel(run, p_w, q_x, ks, m_g, plan.q_total, mb, nb, rterm, plan.zeros_c, plan.u1[gi], colsum,
                          plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
                          plan.row_off[gi], plan.col_off, out32, out8)

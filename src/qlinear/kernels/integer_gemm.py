@@ -88,15 +88,16 @@ def _host_features() -> set[str]:
         return set()
 
 
-_FEATURES = None
+_AVAILABLE = None
 
 
 def available_paths() -> tuple[str, ...]:
     """Paths this machine can run, fastest first ("blas" always)."""
-    global _FEATURES
-    if _FEATURES is None:
-        _FEATURES = _host_features()
-    return tuple(p for p in PATH_ORDER if PATHS[p] is None or all(f in _FEATURES for f in PATHS[p][5]))
+    global _AVAILABLE
+    if _AVAILABLE is None:  # once: every convolution asks
+        features = _host_features()
+        _AVAILABLE = tuple(p for p in PATH_ORDER if PATHS[p] is None or all(f in features for f in PATHS[p][5]))
+    return _AVAILABLE
 
 
 _forced = threading.local()
@@ -379,16 +380,15 @@ class Requant:
             raise ValueError(f"{func}: requant y_dtype must be int8 or uint8, got {y_dtype}")
         if mode not in ("float64", "float32"):
             raise ValueError(f"{func}: requant mode must be 'float64' or 'float32', got {mode!r}")
-        info = np.iinfo(y_dtype)
         self.mode = 1 if mode == "float64" else 2
         self.mode_name = mode
         self.y_dtype = y_dtype
         self.yzp = int(np.asarray(y_zero_point).reshape(()))
-        self.qmin, self.qmax = int(info.min), int(info.max)
+        self.qmin, self.qmax = (-128, 127) if y_dtype == np.int8 else (0, 255)
         m = np.asarray(multiplier)
         if mode == "float32":
-            m = m.astype(np.float32)
-        m = m.astype(np.float64)  # exact for float32/float16/bfloat16 multipliers
+            m = m.astype(np.float32, copy=False)
+        m = m.astype(np.float64, copy=False)  # exact for float32/float16/bfloat16 multipliers
         # shape as (rows, cols) of the kernel's C, where "rows" are output channels for a convolution.
         if weights_on_rows:  # convolution: scalar or per output channel (rows)
             m = m.reshape(-1)
