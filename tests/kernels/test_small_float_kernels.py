@@ -1,7 +1,10 @@
 """The kernels' bit-level conversions against NumPy and ml_dtypes: exhaustive where the input space is
 small (every float16/bfloat16 pattern), and on a dense float32 sweep around every rounding boundary of
 every float8/float6/float4/float16 format (each representable value, each midpoint, and their float32
-neighbours), plus special values and random float32 patterns."""
+neighbours), plus special values and random float32 patterns. `encode_small_float` also sees every
+upper 16-bit half of a float32 with the low halves that decide its rounding, and every float32 within 64
+ulps of each power of two from 2**-40 to 2**39 (all 2**32 patterns agree too, checked once offline: too
+slow for CI)."""
 
 from __future__ import annotations
 
@@ -123,3 +126,35 @@ def test_encode_small_float_against_reference(target, saturate):
     with np.errstate(invalid="ignore", over="ignore"):
         expected = to_small_float(v, target, saturate).view(np.uint8)
     _same_bits(got, expected)
+
+
+# Every upper 16 bits (sign, exponent, top 7 mantissa bits) with low halves that hit each rounding case of
+# every format: exact, just above a tie, the tie, just below it (a format keeps at most 3 mantissa bits, so
+# its rounding bit is among the upper half's), plus the NaN payloads at 0x7F800001 / 0x7FFFFFFF.
+_LOW_HALVES = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], np.uint32)
+_EVERY_UPPER_HALF = ((np.arange(1 << 16, dtype=np.uint32)[:, None] << np.uint32(16)) | _LOW_HALVES).reshape(-1)
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("target", SMALL_FLOATS, ids=lambda t: t.onnx_name)
+def test_encode_small_float_every_upper_half(target, saturate):
+    v = _EVERY_UPPER_HALF.view(np.float32)
+    got = _map_encode(v, *sf.SmallFloatFormat.of(target).args(saturate))
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = to_small_float(v, target, saturate).view(np.uint8)
+    _same_bits(got, expected)
+
+
+@pytest.mark.parametrize("target", SMALL_FLOATS, ids=lambda t: t.onnx_name)
+def test_encode_small_float_around_binade_edges(target):
+    """Every float32 within 64 ulps of each power of two in and around the format's range (the normal /
+    subnormal boundary, each binade's carry, the overflow threshold's binade), both signs."""
+    exponents = np.arange(-40, 40, dtype=np.int64)
+    centers = (exponents + 127) << 23
+    bits = (centers[:, None] + np.arange(-64, 65)[None, :]).reshape(-1).astype(np.uint32)
+    v = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
+    for saturate in (True, False):
+        got = _map_encode(v, *sf.SmallFloatFormat.of(target).args(saturate))
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected = to_small_float(v, target, saturate).view(np.uint8)
+        _same_bits(got, expected)

@@ -27,6 +27,8 @@ from ..dtypes import ElementType
 
 try:
     from numba import njit
+    from numba.core import types
+    from numba.extending import intrinsic
 except ImportError:  # pragma: no cover - numba is a dependency; the reference path still works without it
     njit = None
 
@@ -90,25 +92,47 @@ class SmallFloatFormat:
         )
 
     def args(self, saturate: bool) -> tuple:
-        """The arguments of `encode_small_float` after the value: every shift and power of two precomputed,
-        so that the loop needs no variable shifts (which would keep LLVM from using 32-bit vector lanes)."""
+        """The arguments of `encode_small_float` after the value, every constant precomputed.
+
+        The kernel builds the byte as ``magnitude | sign``, so the format's special bytes must be
+        magnitudes with the sign rule applied; checked here for every format ml_dtypes gives."""
         # float4/float6 always saturate (their Inf maps to +/-max in the reference, whatever `saturate` says).
         overflow_pos, overflow_neg = self.overflow_pos, self.overflow_neg
         if saturate or self.sign_shift < 7:
             overflow_pos = self.max_code
             overflow_neg = self.max_code | (1 << self.sign_shift)
+        sign_value = 1 << self.sign_shift
         shift = 23 - self.mbits  # float32 mantissa bits dropped
+        min_normal_exponent = 1 - self.bias
+        # A tie at bit `shift` rounds up only from an odd code: half an ulp minus one, plus the odd bit.
+        # Re-biasing the exponent from float32's to the format's is folded into the same addition.
+        round_bias = (1 << (shift - 1)) - 1 - ((127 - self.bias) << 23)
+        # Below the smallest normal, codes count steps of 2**(min_normal_exponent - mbits): adding a power
+        # of two whose float32 ulp is that step rounds half to even in hardware; its bits then subtract.
+        subnormal_magic = np.float32(2.0 ** (min_normal_exponent - self.mbits + 23))
+        if self.signed_zero:
+            # The sign is kept except on a NaN of a type without NaN (float4/6: NaN -> +max).
+            keep_sign_low, keep_sign_span = 0, (0xFFFFFFFF if self.nan_neg != self.nan_pos else 0x7F800000)
+        else:
+            # FNUZ: no -0, so the sign goes where the magnitude rounds to 0, i.e. up to the tie at half the
+            # smallest subnormal (ties to even: to 0). NaN and overflow are 0x80 with or without it.
+            keep_sign_low = ((127 + min_normal_exponent - self.mbits - 1) << 23) + 1
+            keep_sign_span = 0xFFFFFFFF - keep_sign_low
+        nan_keeps_sign = (0x7FC00000 - keep_sign_low) % (1 << 32) <= keep_sign_span
+        if overflow_neg != overflow_pos | sign_value or (
+                self.nan_neg != (self.nan_pos | sign_value if nan_keeps_sign else self.nan_pos)):
+            raise AssertionError(f"{self}: special bytes are not magnitude | sign")
         return (
-            np.int32((1 << (shift - 1)) - 1),  # half an ulp of the target, minus one
-            np.int32(1 << shift),  # the target's last mantissa bit, in float32 bits
-            np.float32(2.0**-shift),  # bits -> code scale (exact: the rounded bits have their low bits zero)
-            np.int32((127 - self.bias) << self.mbits),  # exponent re-bias, in code units
-            np.float32(2.0 ** (self.mbits + self.bias - 1)),  # subnormal value -> code scale
-            np.int32((128 - self.bias) << 23),  # float32 bits of the smallest normal 2**(1 - bias)
-            np.int32(self.max_code),
-            np.int32(1 << self.sign_shift),
-            np.uint8(overflow_pos), np.uint8(overflow_neg), np.uint8(self.nan_pos), np.uint8(self.nan_neg),
-            bool(self.signed_zero),
+            np.int32(shift),
+            np.int32(round_bias),
+            subnormal_magic,
+            np.int32(subnormal_magic.view(np.int32)),
+            np.int32((127 + min_normal_exponent) << 23),  # float32 bits of the smallest normal
+            np.int32(overflow_pos),  # magnitude for a value beyond max_code (max, or NaN/Inf), <= nan_pos
+            np.int32(self.nan_pos),
+            np.int32(sign_value),
+            np.uint32(keep_sign_low),
+            np.uint32(keep_sign_span),
         )
 
 
@@ -198,31 +222,43 @@ if njit is not None:
             code = _U32(0x7C00) | (payload if payload != _U32(0) else _U32(1))
         return np.uint16(code | sign)
 
+    @intrinsic
+    def _shift_right_u32(typingctx, value, count):
+        """``value >> count`` as a logical 32-bit shift (``count`` < 32). numba types an int32 shift as
+        int64, which LLVM cannot narrow when the count is a variable: the loop would use 64-bit lanes."""
+        if value != types.int32 or count != types.int32:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.lshr(args[0], args[1])
+
+        return types.int32(types.int32, types.int32), codegen
+
     @njit(cache=True, nogil=True)
-    def encode_small_float(v, half_minus_one, last_bit, code_scale, rebias, subnormal_scale, min_normal, max_code,
-                           sign_value, overflow_pos, overflow_neg, nan_pos, nan_neg, signed_zero):
+    def encode_small_float(v, shift, round_bias, subnormal_magic, subnormal_magic_bits, min_normal,
+                           overflow_magnitude, nan_magnitude, sign_value, keep_sign_low, keep_sign_span):
         """The float8/6/4 byte for float32 ``v`` (see `SmallFloatFormat.args` for the parameters).
 
-        Normal range: round the float32 bits half to even at the target's last mantissa bit, then read the
-        code off the rounded bits (a carry into the exponent is the correct next binade). Below the
-        smallest normal: the codes are multiples of a fixed step; scale exactly by a power of two and rint.
-        Codes are continuous in magnitude across the boundary, so overflow is one comparison."""
-        magnitude = np.int32(np.float32(v).view(np.int32) & np.int32(0x7FFFFFFF))
-        negative = np.float32(v).view(np.int32) < np.int32(0)
-        odd = np.int32(1) if (magnitude & last_bit) != np.int32(0) else np.int32(0)
-        rounded = np.int32(np.int32(magnitude + half_minus_one + odd) & np.int32(-last_bit))
-        normal = np.int32(np.int32(np.float32(rounded) * code_scale) - rebias)
-        subnormal = np.int32(np.rint(np.int32(magnitude).view(np.float32) * subnormal_scale))
-        code = subnormal if magnitude < min_normal else normal
-        sign_bit = sign_value if negative else np.int32(0)
-        if not signed_zero and code == np.int32(0):
-            sign_bit = np.int32(0)
-        result = np.uint8(code | sign_bit)
-        if code > max_code:
-            result = overflow_neg if negative else overflow_pos
+        Normal range: round the float32 bits half to even at the target's last mantissa bit and shift the
+        code out (a carry into the exponent is the correct next binade). Below the smallest normal: add a
+        power of two whose ulp is the code step, and read the code off the sum's bits. Codes grow with the
+        magnitude, continuous across the boundary, so overflow is one minimum."""
+        bits = np.float32(v).view(np.int32)
+        magnitude = np.int32(bits & np.int32(0x7FFFFFFF))
+        odd = np.int32(_shift_right_u32(magnitude, shift) & np.int32(1))
+        code = _shift_right_u32(np.int32(np.int32(magnitude + round_bias) + odd), shift)
+        if magnitude < min_normal:
+            summed = np.float32(np.int32(magnitude).view(np.float32) + subnormal_magic)
+            code = np.int32(summed.view(np.int32) - subnormal_magic_bits)
+        code = min(code, overflow_magnitude)
         if magnitude > np.int32(0x7F800000):
-            result = nan_neg if negative else nan_pos
-        return result
+            code = nan_magnitude
+        # sign kept iff keep_sign_low <= magnitude <= keep_sign_low + keep_sign_span (one unsigned compare)
+        keep = np.uint32(np.uint32(magnitude) - keep_sign_low) <= keep_sign_span
+        negative = np.int32(bits >> np.int32(31))  # all ones or zero
+        if not keep:
+            negative = np.int32(0)
+        return np.uint8(code | (negative & sign_value))
 
     @njit(cache=True, nogil=True)
     def f32_round_to_odd(v):
