@@ -137,3 +137,45 @@ def test_strict_and_bfloat16_dequantize_do_not_share_constants():
             _check(qlinear.tf.dequantize, q, lo, hi, mode=mode, narrow_range=narrow, strict=True)
         for strict in (True, False):  # bfloat16 output: MIN_COMBINED only
             _check(qlinear.tf.dequantize, q, lo, hi, narrow_range=narrow, strict=strict, dtype="bfloat16")
+
+
+# Range ends where the float32 arithmetic of the constants has its edge cases: zeros of both signs, subnormals
+# (flushed), the smallest normal, values whose products or quotients overflow, the types' own bounds.
+EDGE_VALUES = np.array([0.0, -0.0, 1.0, -1.0, 1e-3, -6.0, 2.5, 127.0, -128.0, 65535.0, 1e-40, -1e-40,
+                        1.1754944e-38, -1.1754944e-38, 1.1754945e-38, 3e38, -3.4028235e38], F32)
+# ensure_minimum_range values: 1.1754945e-38 (just above the smallest normal) makes min_range + epsilon subnormal
+ENSURE_VALUES = [F32(0.01), F32(0), F32(1e-40), F32(1.1754945e-38)]
+
+
+def _same_constants(one, many, what):
+    assert one is not None and many is not None, what
+    assert len(one) == len(many), what
+    for u, v in zip(one, many):
+        u, v = np.asarray(u), np.asarray(v)
+        assert u.dtype == v.dtype and u.shape == v.shape, f"{what}: {u!r} vs {v!r}"
+        assert u.tobytes() == v.tobytes(), f"{what}: {u!r} vs {v!r}"
+
+
+def test_one_slice_quantize_constants_equal_the_array_computation():
+    for lo, hi in itertools.product(EDGE_VALUES, EDGE_VALUES):
+        mins, maxs = np.array([lo], F32), np.array([hi], F32)
+        for T, narrow, ensure in itertools.product(["qint8", "quint8", "qint16", "quint16", "qint32"], [False, True],
+                                                   ENSURE_VALUES):
+            dtype = np.dtype(qlinear.tf.quantize.TF_QUANTIZED_TYPES[T])
+            for mode, rm in [("SCALED", "HALF_TO_EVEN"), ("SCALED", "HALF_AWAY_FROM_ZERO"),
+                             ("MIN_COMBINED", "HALF_AWAY_FROM_ZERO")]:
+                _same_constants(fast._quantize_constants_one_slice(mins, maxs, dtype, mode, rm, narrow, ensure),
+                                fast._quantize_constants(mins, maxs, dtype, mode, rm, narrow, ensure, 1),
+                                f"{T} {mode} {rm} narrow={narrow} ensure={ensure} range=({lo!r}, {hi!r})")
+    assert fast._quantize_constants_one_slice(mins, maxs, dtype, "MIN_FIRST", "HALF_AWAY_FROM_ZERO", False,
+                                              F32(0.01)) is None
+
+
+def test_one_slice_dequantize_constants_equal_the_array_computation():
+    for lo, hi in itertools.product(EDGE_VALUES, EDGE_VALUES):
+        mins, maxs = np.array([lo], F32), np.array([hi], F32)
+        for T, narrow, mode in itertools.product([np.int8, np.uint8, np.int16, np.uint16, np.int32], [False, True],
+                                                 ["SCALED", "MIN_COMBINED"]):
+            _same_constants(fast._dequantize_constants_one_slice(mins, maxs, np.dtype(T), mode, narrow),
+                            fast._dequantize_constants(mins, maxs, np.dtype(T), mode, narrow, 1),
+                            f"{T} {mode} narrow={narrow} range=({lo!r}, {hi!r})")

@@ -155,6 +155,70 @@ def _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_ra
             np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1))
 
 
+# One slice (per-tensor), SCALED and MIN_COMBINED: the constants on float32 scalars. A model whose ranges change
+# on every call (computed from the data) misses the table above, and the array version's few dozen NumPy
+# calls on 1-element arrays cost ~90 us; these are the same float32 (and float64) operations in the same order
+# as the reference's (`ref.adjust_range`, `ref._scaled`, `ref._min_combined`, `ref.dequantize`), and IEEE
+# arithmetic gives a scalar the value it gives an array element. tests/kernels/test_tf_quantize_constants_cache.py
+# compares them with the array version on special ranges.
+def _ftz1(v) -> np.float32:
+    """`ref._ftz` of one value: float32, a subnormal flushed to the zero of its sign."""
+    v = F32(v)
+    return F32(np.copysign(F32(0), v)) if abs(v) < ref.FLT_MIN else v
+
+
+def _min1(a, b):
+    """`ref._cpp_min` of two scalars: std::min(a, b) = (b < a) ? b : a."""
+    return b if b < a else a
+
+
+def _max1(a, b):
+    """`ref._cpp_max` of two scalars: std::max(a, b) = (a < b) ? b : a."""
+    return b if a < b else a
+
+
+def _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode, narrow_range,
+                                  ensure_minimum_range):
+    """`_quantize_constants` for one slice in SCALED or MIN_COMBINED mode; None for other modes."""
+    if mode != ref.SCALED and mode != ref.MIN_COMBINED:
+        return None
+    nb = _numba()
+    lo, hi = _limits(dtype)
+    zero, one = F32(0), F32(1)
+    with np.errstate(all="ignore"):
+        # ref.adjust_range
+        input_min, input_max = _ftz1(min_range[0]), _ftz1(max_range[0])
+        min_r = _min1(zero, input_min)
+        epsilon = _ftz1(_max1(one, _max1(abs(input_min), abs(input_max))) * _ftz1(ensure_minimum_range))
+        max_r = _max1(zero, _max1(input_max, _ftz1(min_r + epsilon)))
+        half_range = F32(0)
+        if mode == ref.SCALED:  # _scaled
+            min_out_f, max_out_f = F32(lo + (1 if narrow_range else 0)), F32(hi)
+            from_min = _ftz1(min_out_f / min_r) if _ftz1(min_out_f * min_r) > 0 else ref.FLT_MAX
+            from_max = _ftz1(max_out_f / max_r) if _ftz1(max_out_f * max_r) > 0 else ref.FLT_MAX
+            scale = _min1(from_min, from_max)
+            out_min, out_max = _ftz1(min_out_f / scale), _ftz1(max_out_f / scale)
+            a, b, c = scale, out_min, out_max
+            code = nb.Q_SCALED_EVEN if round_mode == ref.HALF_TO_EVEN else nb.Q_SCALED_AWAY
+        else:  # _min_combined
+            a = _ftz1(F64(hi - lo) / F64(_ftz1(max_r - min_r)))
+            b, c = min_r, max_r
+            if lo < 0:
+                half_range = F32((F64(hi) - F64(lo) + 1) / 2.0)
+                code = nb.Q_COMBINED_SIGNED
+            else:
+                code = nb.Q_COMBINED_UNSIGNED
+            out_min, out_max = min_r, max_r
+    a, b, c = (np.array([v], F32) for v in (a, b, c))
+    if _no_flush(mode, a, b):
+        code += nb.Q_NO_FLUSH
+        if mode == ref.MIN_COMBINED and bool(np.all(np.abs(b) >= _NO_FLUSH_MIN)):
+            code = nb.Q_COMBINED_SIGNED_EXACT if lo < 0 else nb.Q_COMBINED_UNSIGNED_EXACT
+    nan_value = np.int64(lo if dtype in (np.dtype(np.int8), np.dtype(np.int16)) else 0)
+    return (a, b, c, np.int64(code), F32(half_range), F32(0), F32(0), nan_value,
+            np.array([out_min], F32), np.array([out_max], F32))
+
+
 def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
     if strict or not kernels_enabled():
         return None
@@ -167,6 +231,10 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
         key = (dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(), slices,
                min_range.tobytes(), max_range.tobytes())
         constants = _quantize_constants_cache.get(key)
+    if constants is None and slices == 1 and min_range.size == 1 and max_range.size == 1:
+        constants = _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure)
+        if constants is not None and key is not None:
+            _remember(_quantize_constants_cache, key, constants)
     if constants is None:
         constants = _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure, slices)
         if constants is None:
@@ -217,6 +285,31 @@ def _dequantize_constants(min_range, max_range, qtype, mode, narrow_range, slice
     return a, b, np.int64(code), F32(half)
 
 
+def _dequantize_constants_one_slice(min_range, max_range, qtype, mode, narrow_range):
+    """`_dequantize_constants` for one slice in MIN_COMBINED or SCALED mode, on float32 scalars (see
+    `_quantize_constants_one_slice`); None for other modes."""
+    if mode != ref.MIN_COMBINED and mode != ref.SCALED:
+        return None
+    nb = _numba()
+    lo, hi = _limits(qtype)
+    with np.errstate(all="ignore"):
+        mn, mx = _ftz1(min_range[0]), _ftz1(max_range[0])
+        half = F32(0)
+        if mode == ref.MIN_COMBINED:
+            denom = F32(F32(hi) - F32(lo))
+            a, b = _ftz1(_ftz1(mx - mn) / denom), mn
+            if lo < 0:
+                half = F32(F32(denom + F32(1)) / F32(2))
+            code = nb.DQ_COMBINED
+        else:
+            scale = _ftz1(mx / F32(hi))
+            if lo < 0:
+                scale = _max1(_ftz1(mn / F32(lo + (1 if narrow_range else 0))), scale)
+            a, b = scale, F32(0)
+            code = nb.DQ_SCALED_WRAP if qtype == np.int32 else nb.DQ_SCALED
+    return np.array([a], F32), np.array([b], F32), np.int64(code), F32(half)
+
+
 def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
     if strict or not kernels_enabled():
         return None
@@ -228,6 +321,12 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
         mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
         key = (q3.dtype, mode, bool(narrow_range), slices, mins.shape, mins.tobytes(), maxs.shape, maxs.tobytes())
         constants = _dequantize_constants_cache.get(key)
+    if constants is None and slices == 1:
+        mins, maxs = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
+        if mins.size == 1 and maxs.size == 1:
+            constants = _dequantize_constants_one_slice(mins, maxs, q3.dtype, mode, narrow_range)
+            if constants is not None and key is not None:
+                _remember(_dequantize_constants_cache, key, constants)
     if constants is None:
         constants = _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, slices)
         if constants is None:

@@ -254,7 +254,7 @@ def quantize_v2(
     if mins.size == 1 and maxs.size == 1:  # per-tensor: compared as Python floats (exact), no array calls
         bad = [0] if maxs.item() < mins.item() else []
     else:
-        bad = np.flatnonzero(maxs < mins)
+        bad = (maxs < mins).nonzero()[0]  # 1-D: flatnonzero without its Python wrapper
     if len(bad):
         i = int(bad[0])
         where = "" if per_tensor else f" at slice {i}"
