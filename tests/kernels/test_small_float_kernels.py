@@ -158,3 +158,33 @@ def test_encode_small_float_around_binade_edges(target):
         with np.errstate(invalid="ignore", over="ignore"):
             expected = to_small_float(v, target, saturate).view(np.uint8)
         _same_bits(got, expected)
+
+
+# Powers of two at the ends of float32's range (2**127 is Inf in float16 precision, 2**-127 is 0), their
+# reciprocals representable or not, and non-power neighbours: quotients that are subnormal, Inf or NaN.
+_EXTREME_SCALES = [2.0**-127, 2.0**127, 2.0**-126, -(2.0**-3), 1.0, 2.0**-128, 2.0**-149, 0.75, 2.0**-3 * 1.0000001]
+
+
+@pytest.mark.parametrize("precision", ["float", "float16", "double"])
+@pytest.mark.parametrize("target", [dtypes.get("float8e4m3fn"), dtypes.get("float8e5m2fnuz"), dtypes.get("float4e2m1")],
+                         ids=lambda t: t.onnx_name)
+def test_quantize_with_extreme_scales_equals_reference(target, precision):
+    import qlinear
+    from qlinear.kernels import quantize_linear as kernels
+    from qlinear.ops import quantize_linear as ops
+
+    def reference_must_not_run(*args, **kwargs):
+        raise AssertionError("the reference ran although the kernel covers this case")
+
+    x = _EVERY_UPPER_HALF[::5].view(np.float32)[: 64 * 1024].reshape(64, 1024)
+    for scale in _EXTREME_SCALES:
+        for block_scales in (np.float32(scale), np.full((64, 32), scale, np.float32)):
+            kwargs = dict(axis=1, block_size=32 if block_scales.ndim else 0, output_dtype=target.dtype,
+                          precision=precision, saturate=0 if target.kind == "float8" else 1)
+            with np.errstate(all="ignore"):
+                with kernels.use_kernels(True), pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(ops.reference, "quantize_linear", reference_must_not_run)
+                    fast = qlinear.quantize_linear(x, block_scales, None, **kwargs)
+                with kernels.use_kernels(False):
+                    slow = qlinear.quantize_linear(x, block_scales, None, **kwargs)
+            _same_bits(fast.view(np.uint8), slow.view(np.uint8))
