@@ -310,3 +310,20 @@ def test_import_qlinear_loads_no_numba():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "axis", "block"])
+@pytest.mark.parametrize("output", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_nan_times_nan_keeps_x_nan(granularity, output):
+    """DequantizeLinear of NaN float8 codes (both signs) with NaN scales: the result is x's NaN (its sign), in
+    the kernel and in the reference, per tensor (NumPy's array-times-scalar loop alone would return the
+    scale's) and per axis / blocked alike (docs/semantics.md, K3)."""
+    codes = np.array([0x7F, 0xFF] * 512, np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(4, 256)
+    scale = {"tensor": np.array(np.nan, np.float32), "axis": np.full(256, np.nan, np.float32),
+             "block": np.full((4, 128), np.nan, np.float32)}[granularity]
+    extra = {"tensor": {}, "axis": dict(axis=1), "block": dict(axis=1, block_size=2)}[granularity]
+    fast, slow = _both(qlinear.dequantize_linear, False, codes, scale, None, output_dtype=output, **extra)
+    _assert_identical(fast, slow)
+    negative = np.signbit(fast.astype(np.float32))
+    assert np.isnan(fast.astype(np.float32)).all()
+    np.testing.assert_array_equal(negative, np.signbit(codes.astype(np.float32)))

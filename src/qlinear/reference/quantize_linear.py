@@ -79,4 +79,9 @@ def dequantize_linear(
             dx = dx - granularity.expand(x_zero_point).astype(np.float32)
     # The product is taken in float32 and rounded once more to a float16/bfloat16 output, as both
     # onnx peers do (docs/semantics.md, row 15).
-    return (dx * scale).astype(output.dtype)
+    product = dx * scale
+    # NaN times NaN: (x - zero point)'s NaN, whatever the broadcasting. NumPy's own answer depends on its
+    # SIMD loop (an array times a scalar returned the scalar's NaN, times an array the array's), so the
+    # rule is written out (docs/semantics.md, row K3).
+    product = np.where(np.isnan(dx), dx, product)
+    return product.astype(output.dtype)
