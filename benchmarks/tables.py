@@ -31,8 +31,11 @@ def elementwise(path: str) -> str:
     jit = data.get("jit")
     if jit:
         lines.append("")
-        lines.append("JIT (fresh processes): " + ", ".join(f"{k} {v:.2f} s" if isinstance(v, float) else f"{k} {v}"
-                                                         for k, v in jit.items()))
+        parts = []
+        for cache, t in jit.items():  # "cold": empty NUMBA_CACHE_DIR, "warm": filled
+            parts.append(f"{cache} cache: `import qlinear` {t['import_s']:.2f} s, first QuantizeLinear "
+                         f"{t['first_quantize_s']:.2f} s, first DequantizeLinear after it {t['first_dequantize_s']:.3f} s")
+        lines.append("JIT cost in fresh processes: " + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 
