@@ -53,16 +53,17 @@ def zero_point(func: str, name: str, value, dtype, partner: str) -> np.ndarray:
     return value
 
 
-def output_zero_point(func: str, name: str, value) -> np.ndarray:
-    """The output zero point: its dtype (int8 or uint8) is the output type, so it must be a numpy value."""
+def output_zero_point(func: str, name: str, value, allowed=INT8_TYPES) -> np.ndarray:
+    """The output zero point: its dtype (one of ``allowed``) is the output type, so it must be a numpy value."""
+    names = " or ".join(str(d) for d in allowed)
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(
-            f"{func}: {name} must be a numpy array of uint8 or int8 (its dtype sets the output type), "
+            f"{func}: {name} must be a numpy array of {names} (its dtype sets the output type), "
             f"got {type(value).__name__}"
         )
     value = np.asarray(value)
-    if value.dtype not in INT8_TYPES:
-        raise TypeError(f"{func}: {name} must have dtype uint8 or int8, got {value.dtype}")
+    if value.dtype not in allowed:
+        raise TypeError(f"{func}: {name} must have dtype {names}, got {value.dtype}")
     return value
 
 

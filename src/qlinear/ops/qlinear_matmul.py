@@ -199,7 +199,7 @@ def qlinear_matmul(
             )
     a = qa.quantized_tensor(func, "a", a, tensor_types)
     b = qa.quantized_tensor(func, "b", b, tensor_types)
-    y_zero_point = _output_zero_point(func, y_zero_point, tensor_types)
+    y_zero_point = qa.output_zero_point(func, "y_zero_point", y_zero_point, tensor_types)
     float8_operands = [(name, value.dtype) for name, value in (("a", a), ("b", b), ("y_zero_point", y_zero_point))
                        if value.dtype in FLOAT8_TYPES]
     if float8_operands and requantize == "float32":
@@ -234,20 +234,6 @@ def qlinear_matmul(
     y = qa.int32_kernel(func, "(a - a_zero_point) @ (b - b_zero_point)", _matmul_accumulate,
                         a2, a_zero_point, b2, b_zero_point, requant=(multiplier, y_zero_point, y_zero_point.dtype, requantize))
     return _restore_vector_axes(y, a, b)
-
-
-def _output_zero_point(func: str, value, allowed) -> np.ndarray:
-    """y_zero_point: its dtype (one of ``allowed``) is the output type, so it must be a numpy value."""
-    names = " or ".join(str(d) for d in allowed)
-    if not isinstance(value, (np.ndarray, np.generic)):
-        raise TypeError(
-            f"{func}: y_zero_point must be a numpy array of {names} (its dtype sets the output type), "
-            f"got {type(value).__name__}"
-        )
-    value = np.asarray(value)
-    if value.dtype not in allowed:
-        raise TypeError(f"{func}: y_zero_point must have dtype {names}, got {value.dtype}")
-    return value
 
 
 def _require_zero(func: str, name: str, value: np.ndarray, partner: str) -> None:
