@@ -105,6 +105,30 @@ def _remember(cache: dict, key, value) -> None:
     cache[key] = value
 
 
+def _range_key(*attributes, min_range, max_range, slices):
+    """The cache key of one call's per-slice constants: its attributes and the ranges' exact float32 bits
+    (shapes included); None (not cached) above _CACHED_SLICES slices. The callers' ranges are float32 arrays
+    (`qlinear.tf.quantize._range_values`); converting them is a no-op that makes the key's bytes their float32
+    bits whatever the caller passes."""
+    if slices > _CACHED_SLICES:
+        return None
+    mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
+    return attributes + (slices, mins.shape, mins.tobytes(), maxs.shape, maxs.tobytes())
+
+
+def _cached(cache: dict, key, compute):
+    """``cache[key]``, else ``compute()`` remembered under ``key`` (a None key or result is not cached; a
+    None result means no kernel covers the call)."""
+    if key is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    value = compute()
+    if value is not None and key is not None:
+        _remember(cache, key, value)
+    return value
+
+
 def _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range,
                         slices):
     """(a, b, c, code, half_range, lower, upper, nan_value, out_min, out_max) for `_tf_quantize_numba.quantize`,
@@ -226,21 +250,19 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
     pre, slices, post = x3.shape
     min_range, max_range = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
     ensure = F32(ensure_minimum_range)
-    key = constants = None
-    if slices <= _CACHED_SLICES:
-        key = (dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(), slices,
-               min_range.tobytes(), max_range.tobytes())
-        constants = _quantize_constants_cache.get(key)
-    if constants is None and slices == 1 and min_range.size == 1 and max_range.size == 1:
-        constants = _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure)
-        if constants is not None and key is not None:
-            _remember(_quantize_constants_cache, key, constants)
+
+    def compute():
+        if slices == 1 and min_range.size == 1 and max_range.size == 1:
+            one = _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure)
+            if one is not None:
+                return one
+        return _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure, slices)
+
+    key = _range_key(dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(),
+                     min_range=min_range, max_range=max_range, slices=slices)
+    constants = _cached(_quantize_constants_cache, key, compute)
     if constants is None:
-        constants = _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure, slices)
-        if constants is None:
-            return None
-        if key is not None:
-            _remember(_quantize_constants_cache, key, constants)
+        return None
     a, b, c, code, half_range, lower, upper, nan_value, out_min, out_max = constants
     x = np.ascontiguousarray(x3, F32).reshape(-1)
     out = _empty(x3.shape, dtype)
@@ -314,25 +336,20 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
     if strict or not kernels_enabled():
         return None
     pre, slices, post = q3.shape
-    key = constants = None
-    if slices <= _CACHED_SLICES:
-        # the caller's ranges are float32 arrays (`qlinear.tf.quantize._range_values`); converting them is a
-        # no-op that makes the key's bytes their float32 bits whatever the caller passes
-        mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
-        key = (q3.dtype, mode, bool(narrow_range), slices, mins.shape, mins.tobytes(), maxs.shape, maxs.tobytes())
-        constants = _dequantize_constants_cache.get(key)
-    if constants is None and slices == 1:
-        mins, maxs = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
-        if mins.size == 1 and maxs.size == 1:
-            constants = _dequantize_constants_one_slice(mins, maxs, q3.dtype, mode, narrow_range)
-            if constants is not None and key is not None:
-                _remember(_dequantize_constants_cache, key, constants)
+
+    def compute():
+        if slices == 1:
+            mins, maxs = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
+            if mins.size == 1 and maxs.size == 1:
+                one = _dequantize_constants_one_slice(mins, maxs, q3.dtype, mode, narrow_range)
+                if one is not None:
+                    return one
+        return _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, slices)
+
+    key = _range_key(q3.dtype, mode, bool(narrow_range), min_range=min_range, max_range=max_range, slices=slices)
+    constants = _cached(_dequantize_constants_cache, key, compute)
     if constants is None:
-        constants = _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, slices)
-        if constants is None:
-            return None
-        if key is not None:
-            _remember(_dequantize_constants_cache, key, constants)
+        return None
     a, b, code, half = constants
     q = np.ascontiguousarray(q3).reshape(-1)
     out = _empty(q3.shape, np.dtype(F32))

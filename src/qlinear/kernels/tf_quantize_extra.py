@@ -22,7 +22,7 @@ import numpy as np
 from ..reference import tf_quantize as ref
 from . import threads
 from .quantize_linear import kernels_enabled
-from .tf_quantize import _CACHED_SLICES, _empty, _limits, _remember
+from .tf_quantize import _cached, _empty, _limits, _range_key
 
 F32, F64 = np.float32, np.float64
 _compiled = None
@@ -100,18 +100,12 @@ def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow
     pre, slices, post = x3.shape
     min_range, max_range = np.asarray(min_range, F32).reshape(-1), np.asarray(max_range, F32).reshape(-1)
     ensure = F32(ensure_minimum_range)
-    key = constants = None
-    if slices <= _CACHED_SLICES:
-        key = (dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(), slices,
-               min_range.tobytes(), max_range.tobytes())
-        constants = _quantize_strict_cache.get(key)
+    key = _range_key(dtype, mode, round_mode, bool(narrow_range), ensure.tobytes(),
+                     min_range=min_range, max_range=max_range, slices=slices)
+    constants = _cached(_quantize_strict_cache, key, lambda: _quantize_strict_constants(
+        min_range, max_range, dtype, mode, round_mode, narrow_range, ensure, slices))
     if constants is None:
-        constants = _quantize_strict_constants(min_range, max_range, dtype, mode, round_mode, narrow_range, ensure,
-                                               slices)
-        if constants is None:
-            return None
-        if key is not None:
-            _remember(_quantize_strict_cache, key, constants)
+        return None
     p, code, q_min, out_min, out_max = constants
     x = np.ascontiguousarray(x3, F32).reshape(-1)
     out = _empty(x3.shape, dtype)
@@ -162,18 +156,12 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
     if not kernels_enabled() or not (strict or bf16):
         return None
     pre, slices, post = q3.shape
-    key = constants = None
-    if slices <= _CACHED_SLICES:
-        mins, maxs = np.asarray(min_range, F32), np.asarray(max_range, F32)
-        key = (q3.dtype, mode, bool(narrow_range), bool(strict), slices, mins.shape, mins.tobytes(), maxs.shape,
-               maxs.tobytes())
-        constants = _dequantize_cache.get(key)
+    key = _range_key(q3.dtype, mode, bool(narrow_range), bool(strict),
+                     min_range=min_range, max_range=max_range, slices=slices)
+    constants = _cached(_dequantize_cache, key, lambda: _dequantize_constants(
+        min_range, max_range, q3.dtype, mode, narrow_range, strict, slices))
     if constants is None:
-        constants = _dequantize_constants(min_range, max_range, q3.dtype, mode, narrow_range, strict, slices)
-        if constants is None:
-            return None
-        if key is not None:
-            _remember(_dequantize_cache, key, constants)
+        return None
     q = np.ascontiguousarray(q3).reshape(-1)
     out = _empty(q3.shape, out_dtype)
     flat_out = out.reshape(-1).view(np.uint16) if bf16 else out.reshape(-1)
