@@ -235,13 +235,16 @@ def test_conv_bad_arguments_raise_named_errors():
         im2col.prepack_conv(w, np.zeros(3, I8))
 
 
-# The 3x3 depthwise kernels: _depthwise3x3_cl (across channels; channel multiplier 1 only, the others fall
-# through), _depthwise3x3 (in-kernel padding and phase split), _depthwise with its fused 9-tap loop, and
-# _depthwise's general tap-by-tap loop, each forced in turn.
-DW3X3_KERNELS = {"channels_last": dict(_DW_CL_MAX_OUT=1 << 62),
-                 "split": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
-                 "fused": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
-                 "general": dict(_DW_CL_MAX_OUT=0, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
+# The 3x3 depthwise kernels: _depthwise3x3_cl (across channels, generic and vpdpbusd forms; channel multiplier 1
+# only, the others fall through), _depthwise3x3 (in-kernel padding and phase split), _depthwise with its fused
+# 9-tap loop, and _depthwise's general tap-by-tap loop, each forced in turn.
+CL_ALL = dict(_DW_CL_MAX_OUT=1 << 62, _DW_CL_MAX_OUT_S2=1 << 62)
+CL_NONE = dict(_DW_CL_MAX_OUT=0, _DW_CL_MAX_OUT_S2=0)
+DW3X3_KERNELS = {"channels_last": dict(CL_ALL, _DW_VNNI=False, _DW_SERIAL_MACS=0),  # on every thread
+                 "channels_last_vnni": dict(CL_ALL, _DW_VNNI=True),  # its vpdpbusd form when the weights allow
+                 "split": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
+                 "fused": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
+                 "general": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
 
 
 @pytest.fixture(params=list(DW3X3_KERNELS))
@@ -255,7 +258,13 @@ def dw3x3_kernel(request, monkeypatch):
 DW3X3_CASES = [((2, 5, 12, 11), 1, 1, 1, (1, 1), (1, 1)), ((1, 4, 13, 12), 2, 2, 1, (1, 1), (1, 1)),
                ((1, 3, 12, 13), 1, 2, 1, (0, 1), (1, 0)), ((1, 3, 11, 9), 1, 2, 2, (2, 1), (0, 2)),
                ((2, 3, 9, 10), 2, 1, 2, (2, 0), (1, 3)), ((1, 6, 3, 3), 1, 2, 1, (0, 0), (0, 0)),
-               ((1, 4, 1, 1), 1, 2, 1, (1, 1), (1, 1)), ((1, 2, 20, 21), 1, 2, 1, (1, 1), (1, 1))]
+               ((1, 4, 1, 1), 1, 2, 1, (1, 1), (1, 1)), ((1, 2, 20, 21), 1, 2, 1, (1, 1), (1, 1)),
+               # 16 channels and more, for the channels-last kernel's vector transposes: channel counts off
+               # the 16 grid, rows of 16 to 32 and past 32 bytes, dilation, a last partial tile of pixels or
+               # none, and tiles at the very end of x (which would read past it: moved byte by byte)
+               ((2, 37, 9, 30), 1, 1, 1, (1, 1), (1, 1)), ((1, 48, 14, 14), 1, 2, 1, (1, 1), (1, 1)),
+               ((1, 32, 8, 40), 1, 1, 2, (2, 1), (2, 3)), ((1, 16, 4, 4), 1, 1, 1, (1, 1), (1, 1)),
+               ((2, 33, 7, 7), 1, 2, 1, (0, 1), (1, 0))]
 
 
 @pytest.mark.parametrize("case", DW3X3_CASES)
@@ -277,6 +286,56 @@ def test_depthwise3x3_kernels_match_direct_int64(dw3x3_kernel, case, xdt):
     y = im2col.conv(x, za, im2col.prepack_conv(w, zw, c), bias, g, (m, U8(128), U8, "float64"))
     want = np.clip(np.rint(got.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
     np.testing.assert_array_equal(y, want.astype(U8))
+
+
+VNNI_PATHS = [p for p in ("avx512vnni", "avxvnni") if p in PATHS]
+
+
+@pytest.mark.skipif(not VNNI_PATHS, reason="no VNNI on this CPU")
+@pytest.mark.parametrize("path", VNNI_PATHS)
+@pytest.mark.parametrize("case", [c for c in DW3X3_CASES if c[1] == 1])
+@pytest.mark.parametrize("xdt", [U8, I8])
+def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, xdt):
+    # centred weights that fit int8 (the vpdpbusd kernel's condition), their extremes -128 and 127 included
+    for name, value in dict(CL_ALL, _DW_SERIAL_MACS=0 if path == "avxvnni" else 1 << 62).items():
+        monkeypatch.setattr(im2col, name, value)
+    xs, _mult, s, d, pb, pe = case
+    rng = np.random.default_rng(len(xs) * 37 + s * 5 + d)
+    c = xs[1]
+    x = rand(rng, xs, xdt)
+    zw = rng.integers(-64, 64, c).astype(I8)
+    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
+    zw[0] = 0
+    w[0] = 0
+    w.reshape(c, 9)[0, :2] = (-128, 127)
+    za = rand(rng, (), xdt)
+    bias = rng.integers(-2**24, 2**24, c).astype(np.int32)
+    packed = im2col.prepack_conv(w, zw, c)
+    assert packed.depthwise_vnni_rows() is not None
+    g = geo((s, s), (d, d), pb, pe)
+    calls = []
+    for name in ("_depthwise3x3_cl_vnni512", "_depthwise3x3_cl_vnni256"):
+        real = getattr(im2col, name)
+        monkeypatch.setattr(im2col, name, lambda *a, _real=real, _name=name: (calls.append(_name), _real(*a))[1])
+    got = im2col.conv(x, za, packed, bias, g, path=path)
+    want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
+    np.testing.assert_array_equal(got, want)
+    m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
+    y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, "float64"), path=path)
+    ref = np.clip(np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
+    np.testing.assert_array_equal(y, ref.astype(U8))
+    assert calls == ["_depthwise3x3_cl_vnni512" if path == "avx512vnni" else "_depthwise3x3_cl_vnni256"] * 2
+
+
+def test_depthwise_vnni_rows_refuse_wide_weights():
+    # a centred weight of 128 does not fit int8: the vpdpbusd kernel must not be used
+    w = np.zeros((2, 1, 3, 3), I8)
+    w[1, 0, 2, 2] = 127
+    assert im2col.prepack_conv(w, np.int8(0), 2).depthwise_vnni_rows() is not None
+    assert im2col.prepack_conv(w, np.array([0, -1], I8), 2).depthwise_vnni_rows() is None
+    assert im2col.prepack_conv(w, np.array([1, 0], I8), 2).depthwise_vnni_rows() is not None
+    w[0, 0, 0, 0] = -128
+    assert im2col.prepack_conv(w, np.array([1, 0], I8), 2).depthwise_vnni_rows() is None
 
 
 @pytest.mark.parametrize("stride", [1, 2])

@@ -31,7 +31,9 @@ from qlinear.kernels import integer_gemm as ig
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._microkernel import pack_quad32, pack_quad32_stride2
+    from qlinear.kernels._byte_transpose import transpose16, transpose32, zip4x16
+    from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, pack_quad32,
+                                              pack_quad32_stride2)
     from qlinear.kernels._vector_width import use_512_bit_vectors
 
 
@@ -68,6 +70,21 @@ class PackedConv:
             zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
         self.w_centered_t = None  # (taps, M), made on first use by the channels-last depthwise kernel
+        self._vnni_rows = False  # (3, M rounded up to 16) int32, made on first use; None: not int8
+
+    def depthwise_vnni_rows(self):
+        """A 3x3 depthwise kernel's centred weights as vpdpbusd groups, one int32 per (kernel row, channel):
+        the row's 3 weights as signed bytes and a 0. None when a centred weight does not fit int8."""
+        if self._vnni_rows is False:
+            wc = self.w_centered
+            if wc.min(initial=0) < -128 or wc.max(initial=0) > 127:
+                self._vnni_rows = None
+            else:
+                cp = -(-self.out_channels // 16) * 16
+                g = np.zeros((3, cp, 4), np.int8)
+                g[:, :self.out_channels, :3] = wc.reshape(-1, 3, 3).transpose(1, 0, 2)
+                self._vnni_rows = np.ascontiguousarray(g).view(np.int32).reshape(3, cp)
+        return self._vnni_rows
 
     def bound(self, x_abs_max: int, bias) -> int:
         b = self.abs_colsum * np.int64(x_abs_max)
@@ -596,86 +613,203 @@ if ig.HAVE_NUMBA:
                         for t in range(ow_n):
                             o8[t] = r8[t]
 
+    @njit(cache=True, inline="always")
+    def _dw_cl_row(x, flip, za, n, cc, cp, h, w, pt, pl, r, xr):
+        """Row r of image n's input, padded with za (rows pt.., columns pl..) and channels-last, into xr
+        (wpd * cp bytes: column col's channels at xr[col * cp:...]); int8 flipped to uint8 by flip."""
+        xr[:] = np.uint8(za)
+        ri = r - pt
+        if ri < 0 or ri >= h:
+            return
+        plane = h * w
+        for cs in range(0, cp, 16):
+            nb = min(16, cc - cs)
+            base = (n * cc + cs) * plane + ri * w
+            for col0 in range(0, w, 32):
+                ncols = min(32, w - col0)
+                d0 = (col0 + pl) * cp + cs
+                if nb == 16 and base + col0 + 15 * plane + 32 <= x.size:
+                    transpose32(x, base + col0, plane, xr, d0, cp, ncols, flip)
+                elif nb == 16 and ncols <= 16 and base + col0 + 15 * plane + 16 <= x.size:
+                    transpose16(x, base + col0, plane, xr, d0, cp, ncols, flip)
+                else:  # the tiles at the end of x (a vector read would run past it), and partial channel blocks
+                    for i in range(ncols):
+                        for j in range(nb):
+                            xr[d0 + i * cp + j] = x[base + j * plane + col0 + i] ^ flip
+
+    @njit(cache=True, inline="always")
+    def _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp):
+        """Per channel (zero past C): start values bias - za * sum(w) and float64 multipliers."""
+        c0 = np.zeros(cp, np.int32)
+        mc = np.zeros(cp, np.float64)
+        for c in range(cc):
+            c0[c] = np.int32(bias[c])
+            mc[c] = mult[c * mult_rs]
+        for k in range(wt.shape[0]):
+            wk = wt[k]
+            for c in range(cc):
+                c0[c] -= np.int32(za * wk[c])
+        return c0, mc
+
+    @njit(cache=True, inline="always")
+    def _dw_cl_store_tile(acc, q8, cc, cp, npx, obase, per_img, mc, mode, yzp, qmin, qmax, out32, out8):
+        """A tile of npx <= 16 output pixels, acc[i * cp + c] channels-last, requantized (mode != 0) and stored
+        to the NCHW output at obase + c * per_img + i: full tiles by vector transposes of 16 pixels x 16 or 32
+        channels, the last partial tile byte by byte."""
+        if mode == 0:
+            for c in range(cc):
+                o32 = out32[obase + c * per_img:obase + c * per_img + npx]
+                for i in range(npx):
+                    o32[i] = acc[i * cp + c]
+            return
+        for i in range(npx):
+            ig._store_row(acc[i * cp:(i + 1) * cp], cp, i * cp, 0.0, mc, 0, 1, mode, yzp, qmin, qmax, acc, q8)
+        if npx == 16:
+            for cs in range(0, cp, 32):
+                if cs + 16 < cc:
+                    transpose32(q8, cs, cp, out8, obase + cs * per_img, per_img, min(32, cc - cs), 0)
+                else:
+                    transpose16(q8, cs, cp, out8, obase + cs * per_img, per_img, cc - cs, 0)
+        else:
+            for c in range(cc):
+                o8 = out8[obase + c * per_img:obase + c * per_img + npx]
+                for i in range(npx):
+                    o8[i] = q8[i * cp + c]
+
     @njit(cache=True, parallel=True)
     def _depthwise3x3_cl(x, flip, za, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride, oh_n, ow_n,
                          mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
         """Depthwise 2-D 3x3 convolution (channel multiplier 1) vectorised across channels, for small planes
-        where per-channel rows are too short: the input is copied once into a channels-last plane padded
-        with za (flipping int8 to uint8), each output pixel sums its 9 taps over all channels in one vector
-        loop (wt: (9, C) centred weights), and the pixel's channels are stored to the NCHW output."""
+        where per-channel rows are too short.
+
+        Per image: the input is transposed into a channels-last plane padded with za (int8 flipped to uint8),
+        channel pitch cp = C rounded up to 16 (the lanes past C are computed and never stored); then each
+        tile of 16 output pixels sums its 9 taps over all channels in one vector loop per pixel (wt: (9, C)
+        centred weights, (x - za) * w = x * w - za * w folded into the start value), is requantized
+        channels-last and transposed back to the NCHW output (_dw_cl_store_tile)."""
         cc = c_in
+        cp = (cc + 15) // 16 * 16
         per_img = oh_n * ow_n
-        xt = np.empty(hp * wpd * cc, np.uint8)
-        acc = np.empty(per_img * cc, np.int32)
-        c0 = np.empty(cc, np.int32)
-        for c in range(cc):
-            wsum = np.int32(0)
-            for k in range(9):
-                wsum += wt[k, c]
-            c0[c] = np.int32(np.int32(bias[c]) - np.int32(za * wsum))
+        xt = np.empty(hp * wpd * cp, np.uint8)
+        wtp = np.zeros((9, cp), np.int32)
+        wtp[:, :cc] = wt
+        c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
+        n_tiles = (per_img + 15) // 16
         for n in range(n_img):
             for r in prange(hp):
                 use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-                xr = xt[r * wpd * cc:(r + 1) * wpd * cc]
-                xr[:] = np.uint8(za)
-                ri = r - pt
-                if ri >= 0 and ri < h:
-                    # 16 channels at a time: 16 contiguous bytes written per input column
-                    for cb in range((cc + 15) // 16):
-                        cs = cb * 16
-                        nb = min(16, cc - cs)
-                        base = ((n * cc + cs) * h + ri) * w
-                        for col in range(w):
-                            d = xr[(col + pl) * cc + cs:(col + pl) * cc + cs + nb]
-                            for j in range(nb):
-                                d[j] = x[base + j * h * w + col] ^ flip
-            for oh in prange(oh_n):
-                use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-                for ow in range(ow_n):
-                    pix = oh * ow_n + ow
-                    a = acc[pix * cc:(pix + 1) * cc]
-                    b0 = ((oh * stride) * wpd + ow * stride) * cc
-                    x0 = xt[b0:b0 + cc]
-                    x1 = xt[b0 + dw * cc:b0 + dw * cc + cc]
-                    x2 = xt[b0 + 2 * dw * cc:b0 + 2 * dw * cc + cc]
-                    b1 = b0 + dh * wpd * cc
-                    x3 = xt[b1:b1 + cc]
-                    x4 = xt[b1 + dw * cc:b1 + dw * cc + cc]
-                    x5 = xt[b1 + 2 * dw * cc:b1 + 2 * dw * cc + cc]
-                    b2 = b0 + 2 * dh * wpd * cc
-                    x6 = xt[b2:b2 + cc]
-                    x7 = xt[b2 + dw * cc:b2 + dw * cc + cc]
-                    x8 = xt[b2 + 2 * dw * cc:b2 + 2 * dw * cc + cc]
-                    w0 = wt[0]
-                    w1 = wt[1]
-                    w2 = wt[2]
-                    w3 = wt[3]
-                    w4 = wt[4]
-                    w5 = wt[5]
-                    w6 = wt[6]
-                    w7 = wt[7]
-                    w8 = wt[8]
-                    for c in range(cc):
+                _dw_cl_row(x, flip, za, n, cc, cp, h, w, pt, pl, r, xt[r * wpd * cp:(r + 1) * wpd * cp])
+            for tile in prange(n_tiles):
+                use_512_bit_vectors()
+                acc = np.empty(16 * cp, np.int32)
+                q8 = np.empty(16 * cp + 32, np.uint8)  # transpose32 reads up to 16 bytes past row 16
+                pix0 = tile * 16
+                npx = min(16, per_img - pix0)
+                for i in range(npx):
+                    oh = (pix0 + i) // ow_n
+                    ow = pix0 + i - oh * ow_n
+                    a = acc[i * cp:(i + 1) * cp]
+                    b0 = ((oh * stride) * wpd + ow * stride) * cp
+                    x0 = xt[b0:b0 + cp]
+                    x1 = xt[b0 + dw * cp:b0 + dw * cp + cp]
+                    x2 = xt[b0 + 2 * dw * cp:b0 + 2 * dw * cp + cp]
+                    b1 = b0 + dh * wpd * cp
+                    x3 = xt[b1:b1 + cp]
+                    x4 = xt[b1 + dw * cp:b1 + dw * cp + cp]
+                    x5 = xt[b1 + 2 * dw * cp:b1 + 2 * dw * cp + cp]
+                    b2 = b0 + 2 * dh * wpd * cp
+                    x6 = xt[b2:b2 + cp]
+                    x7 = xt[b2 + dw * cp:b2 + dw * cp + cp]
+                    x8 = xt[b2 + 2 * dw * cp:b2 + 2 * dw * cp + cp]
+                    w0 = wtp[0]
+                    w1 = wtp[1]
+                    w2 = wtp[2]
+                    w3 = wtp[3]
+                    w4 = wtp[4]
+                    w5 = wtp[5]
+                    w6 = wtp[6]
+                    w7 = wtp[7]
+                    w8 = wtp[8]
+                    for c in range(cp):
                         s = (c0[c] + np.int32(x0[c]) * w0[c] + np.int32(x1[c]) * w1[c] + np.int32(x2[c]) * w2[c]
                              + np.int32(x3[c]) * w3[c] + np.int32(x4[c]) * w4[c] + np.int32(x5[c]) * w5[c]
                              + np.int32(x6[c]) * w6[c] + np.int32(x7[c]) * w7[c] + np.int32(x8[c]) * w8[c])
                         a[c] = np.int32(s)
-            # 16 channels at a time (one cache line of acc per pixel): transpose to planes, then requantize
-            # and store each plane in one vector pass
-            for cb in prange((cc + 15) // 16):
-                use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-                cs = cb * 16
-                nb = min(16, cc - cs)
-                tmp = np.empty((16, per_img), np.int32)
-                for pix in range(per_img):
-                    a = acc[pix * cc + cs:pix * cc + cs + nb]
-                    for j in range(nb):
-                        tmp[j, pix] = a[j]
-                for j in range(nb):
-                    c = cs + j
-                    ig._store_row(tmp[j], per_img, (n * cc + c) * per_img, mult[c * mult_rs], mult, 0, 0, mode,
-                                  yzp, qmin, qmax, out32, out8)
+                _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
+                                  qmax, out32, out8)
 
+    # The same with vpdpbusd (u8 x s8 in groups of 4, exact int32 sums), when every centred weight fits int8:
+    # each input row is made channels-last in a scratch row, then zip4x16 stores, for every output column ow,
+    # each channel's 4 input columns ow*stride + j*dw (j < 4) as one 32-bit group (xq: hp x ow_n x cp groups);
+    # one vpdpbusd per kernel row then sums 3 taps (wq: (3, cp) groups of the row's 3 weights and a 0).
+    # One copy per instruction width: a function holding both intrinsics would not compile on a CPU lacking
+    # one of them.
+    @njit(cache=True, inline="always")
+    def _dw_vnni_row(x, flip, za, n, cc, cp, h, w, pt, pl, wpd, dw, stride, ow_n, r, xq):
+        xr = np.empty((wpd + dw + 1) * cp, np.uint8)  # zip4x16's 4th column may lie past the row (weight 0)
+        _dw_cl_row(x, flip, za, n, cc, cp, h, w, pt, pl, r, xr[:wpd * cp])
+        for ow in range(ow_n):
+            col = ow * stride
+            dq = (r * ow_n + ow) * cp * 4
+            for cs in range(0, cp, 16):
+                zip4x16(xr, col * cp + cs, (col + dw) * cp + cs, (col + 2 * dw) * cp + cs,
+                        (col + 3 * dw) * cp + cs, xq, dq + 4 * cs)
+
+    @njit(cache=True, parallel=True)
+    def _depthwise3x3_cl_vnni512(x, flip, za, wq, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
+                               oh_n, ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+        cc = c_in
+        cp = (cc + 15) // 16 * 16
+        per_img = oh_n * ow_n
+        xq = np.empty(hp * ow_n * cp * 4, np.uint8)
+        c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
+        n_tiles = (per_img + 15) // 16
+        for n in range(n_img):
+            for r in prange(hp):
+                use_512_bit_vectors()
+                _dw_vnni_row(x, flip, za, n, cc, cp, h, w, pt, pl, wpd, dw, stride, ow_n, r, xq)
+            for tile in prange(n_tiles):
+                use_512_bit_vectors()
+                acc = np.empty(16 * cp, np.int32)
+                q8 = np.empty(16 * cp + 32, np.uint8)
+                pix0 = tile * 16
+                npx = min(16, per_img - pix0)
+                for i in range(npx):
+                    oh = (pix0 + i) // ow_n
+                    ow = pix0 + i - oh * ow_n
+                    q0 = ((oh * stride) * ow_n + ow) * cp * 4
+                    step = dh * ow_n * cp * 4
+                    depthwise_dot3_512(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp)
+                _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
+                                  qmax, out32, out8)
+
+    @njit(cache=True, parallel=True)
+    def _depthwise3x3_cl_vnni256(x, flip, za, wq, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
+                               oh_n, ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+        cc = c_in
+        cp = (cc + 15) // 16 * 16
+        per_img = oh_n * ow_n
+        xq = np.empty(hp * ow_n * cp * 4, np.uint8)
+        c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
+        n_tiles = (per_img + 15) // 16
+        for n in range(n_img):
+            for r in prange(hp):
+                use_512_bit_vectors()
+                _dw_vnni_row(x, flip, za, n, cc, cp, h, w, pt, pl, wpd, dw, stride, ow_n, r, xq)
+            for tile in prange(n_tiles):
+                use_512_bit_vectors()
+                acc = np.empty(16 * cp, np.int32)
+                q8 = np.empty(16 * cp + 32, np.uint8)
+                pix0 = tile * 16
+                npx = min(16, per_img - pix0)
+                for i in range(npx):
+                    oh = (pix0 + i) // ow_n
+                    ow = pix0 + i - oh * ow_n
+                    q0 = ((oh * stride) * ow_n + ow) * cp * 4
+                    step = dh * ow_n * cp * 4
+                    depthwise_dot3_256(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp)
+                _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
+                                  qmax, out32, out8)
 
 # ----------------------------------------------------------------------------------------------- driver
 def _geometry(func, geometry, n_spatial):
@@ -870,6 +1004,29 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
 
     bias_full = bias if bias is not None else packed.zero_bias
     kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
+    if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
+            and s3 in ((1, 1, 1), (1, 2, 2)) and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
+        # small output planes: vectorised across channels (channels-last copy made inside the kernel)
+        out = np.empty(out_shape, rq.y_dtype)
+        flat = out.reshape(-1)
+        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
+        if packed.w_centered_t is None:
+            packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
+        kernel, wq = _depthwise3x3_cl, ()
+        if _DW_VNNI and path in ("avx512vnni", "avxvnni"):
+            rows = packed.depthwise_vnni_rows()
+            if rows is not None:
+                kernel = _depthwise3x3_cl_vnni512 if path == "avx512vnni" else _depthwise3x3_cl_vnni256
+                wq = (rows,)
+        ig.call_parallel(kernel, xc, np.uint8(flip), np.int32(zau), *wq, packed.w_centered_t, bias_full,
+                         n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
+                         plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
+                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                         flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
+                         serial=n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS)
+        return out
+
     if (packed.depthwise and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3) and s3 in ((1, 1, 1), (1, 2, 2))
             and (s3[2] == 2 or _DW_SPLIT_STRIDE1) and x.shape[-1] * x.shape[-2] >= _DW_SPLIT_MIN_PLANE):
         # pads (and phase-splits) the input itself, channel by channel, flipping int8 to uint8 on the way
@@ -880,22 +1037,6 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         ig.call_parallel(_depthwise3x3, xc, np.uint8(flip), np.int32(zau),
                          packed.w_centered, bias_full, m_total // c_in, n_img, c_in,
                          plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
-                         plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
-                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                         flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8)
-        return out
-
-    if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
-            and s3 in ((1, 1, 1), (1, 2, 2)) and plan.positions <= _DW_CL_MAX_OUT):
-        # small output planes: vectorised across channels (channels-last copy made inside the kernel)
-        out = np.empty(out_shape, rq.y_dtype)
-        flat = out.reshape(-1)
-        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
-        if packed.w_centered_t is None:
-            packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
-        ig.call_parallel(_depthwise3x3_cl, xc, np.uint8(flip), np.int32(zau), packed.w_centered_t, bias_full,
-                         n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
                          plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
                          rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
                          flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8)
@@ -964,14 +1105,20 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
 
 _USE_PHASES = True
 # 3x3 depthwise kernels (tests change these to cover every path). Measured on MobileNetV2's layers (1 thread):
+# _depthwise3x3_cl (channels-last, vector transposes; its vpdpbusd form where the centred weights fit int8)
+# is 1.3-1.9x faster than the per-channel kernels on outputs of up to 28x28 and at stride 2 up to 56x56
+# (192/2 @28: 147 -> 80 us; 144/2 @56: 333 -> 185 us), 0.5-0.9x on larger outputs at stride 1. There
 # _depthwise3x3's in-kernel phase split is 1.2-1.6x faster than _depthwise at stride 2 on planes of 56x56 and
 # up, but its per-channel copies cost more than they save on smaller planes and at stride 1 (0.8-0.95x), where
 # _depthwise with its fused 9-tap loop (1.1-1.3x faster than the tap-by-tap loop) is used instead.
-# Output planes of at most 64 pixels (7x7: 960/1 @7, 576/2 @14) go to _depthwise3x3_cl, vectorised across
-# channels (1.35-1.5x faster there; 0.9-1.0x on 14x14 outputs, where its transposes cost more than they save).
+# Below _DW_SERIAL_MACS multiply-adds the channels-last kernel runs on one thread: waking the second costs
+# more than it saves (192/2 @28: 80 us on 1 thread, 104-111 us on 2).
+_DW_CL_MAX_OUT = 784
+_DW_CL_MAX_OUT_S2 = 3136
+_DW_SERIAL_MACS = 800_000
+_DW_VNNI = True
 _DW_SPLIT_MIN_PLANE = 2500
 _DW_SPLIT_STRIDE1 = False
-_DW_CL_MAX_OUT = 64
 _FUSE_DW3X3 = True
 _SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
 _EMPTY32 = np.empty(1, np.int32)

@@ -149,11 +149,11 @@ def current_path(path: str | None = None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- threading
-def call_parallel(fn, *args):
-    """Run a ``parallel=True`` kernel on qlinear's thread count (kernels.threads: process-wide
-    ``set_num_threads``; calls serialised by a lock under numba's "workqueue" layer, which aborts on
-    concurrent use)."""
-    return threads.call_parallel(fn, *args)
+def call_parallel(fn, *args, serial: bool = False):
+    """Run a ``parallel=True`` kernel on qlinear's thread count, or on one thread if ``serial``
+    (kernels.threads: process-wide ``set_num_threads``; calls serialised by a lock under numba's
+    "workqueue" layer, which aborts on concurrent use)."""
+    return threads.call_parallel(fn, *args, serial=serial)
 
 
 # ----------------------------------------------------------------------------------------------- numba parts

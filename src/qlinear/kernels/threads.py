@@ -60,12 +60,13 @@ def get_num_threads() -> int:
     return _max_threads() if _num_threads is None else _num_threads
 
 
-def call_parallel(fn, *args):
-    """Call a ``parallel=True`` numba function with `get_num_threads()` threads."""
+def call_parallel(fn, *args, serial: bool = False):
+    """Call a ``parallel=True`` numba function with `get_num_threads()` threads, or one if ``serial`` (work
+    too small to pay for waking a helper thread)."""
     global _layer_is_safe
     import numba
 
-    n = get_num_threads()
+    n = 1 if serial else get_num_threads()
     if _layer_is_safe:
         numba.set_num_threads(n)  # per calling thread in numba, so set on every call
         return fn(*args)

@@ -1,0 +1,114 @@
+"""16-row byte transposes as vector code, emitted as LLVM IR through numba intrinsics.
+
+``transpose16(src, src_off, src_stride, dst, dst_off, dst_stride, ncols, flip)`` reads 16 rows of 16 bytes,
+``src[src_off + j*src_stride + c]`` (j, c < 16), and writes column c as 16 contiguous bytes,
+``dst[dst_off + c*dst_stride + j] = src[...] ^ flip`` for every c < ncols. ``transpose32`` does the same
+for rows of 32 bytes (columns c < 32). Every row is read in full, whatever ncols is: the caller makes sure
+the reads stay inside src.
+
+The depthwise kernel uses them to turn planes (NCHW) into channels-last rows and back. Written as numba loops
+these were scalar byte moves; here they are four rounds of lane-wise byte interleaves (punpcklbw/punpckhbw on
+xmm or ymm), a perfect-shuffle transpose of every 16x16 tile held in a 128-bit lane.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+
+def _interleave_masks(width: int):
+    """Shuffle masks of two width-byte vectors a, b: per 128-bit lane, the low (high) 8 bytes of a and b
+    interleaved, as punpcklbw (punpckhbw) does."""
+    lo, hi = [], []
+    for lane in range(width // 16):
+        for i in range(8):
+            lo += [16 * lane + i, width + 16 * lane + i]
+            hi += [16 * lane + 8 + i, width + 16 * lane + 8 + i]
+    return lo, hi
+
+
+def _make_transpose(width: int):
+    i8 = ir.IntType(8)
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    row_t = ir.VectorType(i8, width)
+    col_t = ir.VectorType(i8, 16)
+    lo_mask, hi_mask = _interleave_masks(width)
+    lo_mask = ir.Constant(ir.VectorType(i32, width), lo_mask)
+    hi_mask = ir.Constant(ir.VectorType(i32, width), hi_mask)
+    lanes = [ir.Constant(ir.VectorType(i32, 16), list(range(16 * lane, 16 * lane + 16)))
+             for lane in range(width // 16)]
+
+    @intrinsic
+    def transpose(typingctx, src, src_off, src_stride, dst, dst_off, dst_stride, ncols, flip):
+        sig = types.void(src, src_off, src_stride, dst, dst_off, dst_stride, ncols, flip)
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+            s_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+            d_ptr = context.make_array(sa[3])(context, builder, args[3]).data
+            s_off, s_stride, d_off, d_stride, n = (context.cast(builder, args[k], sa[k], types.int64)
+                                                  for k in (1, 2, 4, 5, 6))
+            f = context.cast(builder, args[7], sa[7], types.uint8)
+            fv = builder.shuffle_vector(builder.insert_element(ir.Constant(row_t, None), f, ir.Constant(i32, 0)),
+                                        ir.Constant(row_t, None), ir.Constant(ir.VectorType(i32, width), [0] * width))
+            rows = []
+            for j in range(16):
+                at = builder.add(s_off, builder.mul(s_stride, ir.Constant(i64, j)))
+                ptr = builder.bitcast(builder.gep(s_ptr, [at]), row_t.as_pointer())
+                rows.append(builder.xor(builder.load(ptr, align=1), fv))
+            # four rounds of out[2i], out[2i+1] = interleave(in[i], in[i+8]) leave column c of every 16x16
+            # tile (one per 128-bit lane) in vector c
+            for _ in range(4):
+                nxt = []
+                for i in range(8):
+                    nxt.append(builder.shuffle_vector(rows[i], rows[i + 8], lo_mask))
+                    nxt.append(builder.shuffle_vector(rows[i], rows[i + 8], hi_mask))
+                rows = nxt
+            for lane, pick in enumerate(lanes):
+                for k in range(16):
+                    c = 16 * lane + k
+                    with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, c), n), likely=True):
+                        col = rows[k] if width == 16 else builder.shuffle_vector(rows[k], ir.Constant(row_t, None), pick)
+                        at = builder.add(d_off, builder.mul(d_stride, ir.Constant(i64, c)))
+                        builder.store(col, builder.bitcast(builder.gep(d_ptr, [at]), col_t.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return transpose
+
+
+# module-level objects, so that numba's disk cache of the kernels calling them hits (see _drivers.py)
+transpose16 = _make_transpose(16)
+transpose32 = _make_transpose(32)
+
+
+@intrinsic
+def zip4x16(typingctx, src, o0, o1, o2, o3, dst, d):
+    """``dst[d + 4c + j] = src[o_j + c]`` for c < 16, j < 4: four 16-byte runs interleaved into 16 groups of 4
+    bytes (one 64-byte store), as the depthwise kernel's vpdpbusd operands want them."""
+    sig = types.void(src, o0, o1, o2, o3, dst, d)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        v16, v32, v64 = ir.VectorType(i8, 16), ir.VectorType(i8, 32), ir.VectorType(i8, 64)
+        s_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+        d_ptr = context.make_array(sa[5])(context, builder, args[5]).data
+        runs = []
+        for j in range(4):
+            at = context.cast(builder, args[1 + j], sa[1 + j], types.int64)
+            runs.append(builder.load(builder.bitcast(builder.gep(s_ptr, [at]), v16.as_pointer()), align=1))
+        both = ir.Constant(ir.VectorType(i32, 32), list(range(32)))
+        lo = builder.shuffle_vector(runs[0], runs[1], both)
+        hi = builder.shuffle_vector(runs[2], runs[3], both)
+        mask = ir.Constant(ir.VectorType(i32, 64), [16 * j + c for c in range(16) for j in range(4)])
+        out = builder.shuffle_vector(lo, hi, mask)
+        at = context.cast(builder, args[6], sa[6], types.int64)
+        builder.store(out, builder.bitcast(builder.gep(d_ptr, [at]), v64.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
