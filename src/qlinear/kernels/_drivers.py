@@ -7,7 +7,10 @@ recompiling). Nothing compiles at import: creating the intrinsics only builds Py
 """
 
 import numpy as np
-from numba import njit, prange
+from qlinear.kernels import ensure_fresh_numba_cache
+
+ensure_fresh_numba_cache()  # before any cached kernel loads
+from numba import njit, prange  # noqa: E402
 
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels.integer_gemm import PATHS, _epilogue

@@ -7,7 +7,10 @@ than the whole import budget. Every function is compiled lazily and cached on di
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from qlinear.kernels import ensure_fresh_numba_cache
+
+ensure_fresh_numba_cache()  # before any cached kernel loads
+from numba import njit  # noqa: E402
 from numba.core import types as nbtypes
 from numba.extending import overload
 

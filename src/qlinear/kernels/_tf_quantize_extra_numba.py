@@ -12,7 +12,10 @@ slice, rows of the slice axis when the axis is last (``post == 1``), else rows o
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from qlinear.kernels import ensure_fresh_numba_cache
+
+ensure_fresh_numba_cache()  # before any cached kernel loads
+from numba import njit  # noqa: E402
 
 from ._vector_width import use_512_bit_vectors
 

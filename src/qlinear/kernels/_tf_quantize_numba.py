@@ -10,7 +10,10 @@ threads run with. Imported on the first kernel call; compiled lazily, cached on 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from qlinear.kernels import ensure_fresh_numba_cache
+
+ensure_fresh_numba_cache()  # before any cached kernel loads
+from numba import njit  # noqa: E402
 
 from ._vector_width import use_512_bit_vectors
 

@@ -38,6 +38,9 @@ import numpy as np
 from qlinear.reference.matmul_float8 import FLOAT8_TYPES, fraction_bits
 
 try:  # numba is a dependency; without it the op falls back to the reference
+    from qlinear.kernels import ensure_fresh_numba_cache
+
+    ensure_fresh_numba_cache()  # before any cached kernel loads
     from numba import njit
 
     HAVE_NUMBA = True

@@ -26,6 +26,9 @@ import numpy as np
 from ..dtypes import ElementType
 
 try:
+    from qlinear.kernels import ensure_fresh_numba_cache
+
+    ensure_fresh_numba_cache()  # before any cached kernel loads
     from numba import njit
     from numba.core import types
     from numba.extending import intrinsic
