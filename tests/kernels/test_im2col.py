@@ -134,15 +134,17 @@ def test_conv_sum_leaving_int32_raises(path):
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_conv_requantization_fused(path, mode, ydt, per_channel):
     rng = np.random.default_rng(11)
-    for xs, ws, group in [((2, 6, 9, 8), (10, 6, 3, 3), 1), ((2, 6, 9, 8), (6, 1, 3, 3), 6)]:
+    # padded 3x3 (output rows with gaps in the GEMM's columns), 1x1 (contiguous), stride 2, depthwise
+    for xs, ws, group, s, p in [((2, 6, 9, 8), (10, 6, 3, 3), 1, 1, 1), ((2, 6, 9, 8), (6, 1, 3, 3), 6, 1, 1),
+                                ((2, 6, 9, 8), (40, 6, 1, 1), 1, 1, 0), ((1, 5, 11, 12), (9, 5, 3, 3), 1, 2, 1)]:
         x, w = rand(rng, xs, U8), rand(rng, ws, I8)
         bias = rng.integers(-3000, 3000, ws[0]).astype(np.int32)
         mult = (rng.random(ws[0] if per_channel else ()) * 4e-3).astype(np.float32)
         yzp = rand(rng, (), ydt)
-        g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+        g = geo((s, s), (1, 1), (p, p), (p, p))
         got = im2col.conv(x, U8(77), im2col.prepack_conv(w, np.int8(0), group), bias, g, (mult, yzp, ydt, mode),
                           path=path)
-        acc = direct_conv(x, 77, w, 0, bias, group, (1, 1), (1, 1), (1, 1), (1, 1))
+        acc = direct_conv(x, 77, w, 0, bias, group, (s, s), (1, 1), (p, p), (p, p))
         m = np.asarray(mult).reshape((1, -1, 1, 1)) if per_channel else mult
         qmin, qmax = lim(ydt)
         if mode == "float64":

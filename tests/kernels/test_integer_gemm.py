@@ -266,3 +266,59 @@ def test_import_compiles_nothing_and_fallback_without_numba():
         "assert (y[0, 0] == x[0, 0].astype(int) + x[0, 1]).all()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the fused form of the "float64" requantization (Requant.fuse, kernel mode 3)
+def test_requant_fuse_takes_the_fused_form_only_where_it_is_exact():
+    def mode_after(mult, bound, arithmetic="float64", yzp=U8(0)):
+        rq = ig.Requant("t", (mult, yzp, U8, arithmetic), 4, 4, weights_on_rows=True)
+        rq.fuse(bound)
+        return rq.mode
+
+    assert mode_after(np.float32(1e-3), 2**29 - 1) == 3
+    assert mode_after(np.float32(1e-3), 2**29) == 1  # fl(acc * m) may need 54 bits
+    assert mode_after(np.float64(0.1), 1000) == 1  # a 53-bit significand: acc * m is not exact
+    assert mode_after(np.float64(np.float32(0.1)), 1000) == 3  # float64 holding a float32 value
+    assert mode_after(np.float32(8.0), 2**29 - 1) == 1  # acc * m could leave int32 before the clip
+    assert mode_after(np.float32(4.0), 2**29 - 1) == 3
+    assert mode_after(np.float32(4.0), 2**29 - 1, yzp=U8(255)) == 1  # ... with the zero point added
+    assert mode_after(np.float32(1e-3), 100, "float32") == 2
+    assert mode_after(np.array([1e-3, 8.0, 0.5, 3.0], np.float32), 2**28) == 1  # the largest multiplier counts
+    assert mode_after(np.array([1e-3, 7.0, 0.5, 3.0], np.float32), 2**28) == 3
+
+
+if ig.HAVE_NUMBA:
+    from numba import njit
+
+    @njit(cache=False)
+    def _store_row_modes(acc, rt, m_row, mult, mult_cs, mode, yzp, qmin, qmax, out8):
+        ig._store_row_plus(acc, rt, acc.size, 0, m_row, mult, 0, mult_cs, mode, yzp, qmin, qmax,
+                           np.empty(1, np.int32), out8)
+
+
+@pytest.mark.skipif(not ig.HAVE_NUMBA, reason="numba kernels")
+@pytest.mark.parametrize("ydt,yzp", [(U8, 0), (U8, 255), (U8, 131), (I8, -128), (I8, 127), (I8, -3)])
+def test_fused_float64_form_equals_two_roundings(ydt, yzp):
+    # mode 3 (one fma, integer clip) against mode 1 and the test's own NumPy two-step oracle, for |acc| up to
+    # 2**29 - 1: random multipliers, powers of two (every .5 tie), and the bound's edges
+    rng = np.random.default_rng(yzp + 1000)
+    qmin, qmax = (0, 255) if ydt == U8 else (-128, 127)
+    lim = 2**29 - 1
+    acc = np.concatenate([rng.integers(-lim, lim + 1, 3000), rng.integers(-2**12, 2**12, 3000),
+                          [lim, -lim, lim - 1, -lim + 1, 0, 1, -1]]).astype(np.int32)
+    mults = [np.float32(2.0**-k) for k in (1, 2, 3, 10, 21, 22)] + list(
+        (rng.random(6) * 10.0 ** rng.integers(-9, -2, 6)).astype(np.float32))
+    for m in mults:
+        if lim * float(m) + abs(yzp) >= 2**31 - 2:
+            continue
+        rt = np.int32(rng.integers(-100, 100))
+        want = requant_oracle((acc.astype(np.int64) + rt).astype(np.int32).reshape(1, -1), m, yzp, ydt, "float64")
+        per_col = np.full(acc.size, m, np.float64)
+        for mult_cs, mult in ((0, per_col[:1]), (1, per_col)):
+            got = {}
+            for mode in (1, 3):
+                out = np.empty(acc.size, np.uint8)
+                _store_row_modes(acc, rt, np.float64(m), mult, mult_cs, mode, yzp, qmin, qmax, out)
+                got[mode] = out.view(ydt)
+            np.testing.assert_array_equal(got[3], got[1])
+            np.testing.assert_array_equal(got[3], want.reshape(-1))

@@ -1,4 +1,5 @@
-"""16-row byte transposes as vector code, emitted as LLVM IR through numba intrinsics.
+"""Byte moves as vector code, emitted as LLVM IR through numba intrinsics: 16-row transposes, 4-way
+interleaves, and short copies.
 
 ``transpose16(src, src_off, src_stride, dst, dst_off, dst_stride, ncols, flip)`` reads 16 rows of 16 bytes,
 ``src[src_off + j*src_stride + c]`` (j, c < 16), and writes column c as 16 contiguous bytes,
@@ -109,6 +110,26 @@ def zip4x16(typingctx, src, o0, o1, o2, o3, dst, d):
         out = builder.shuffle_vector(lo, hi, mask)
         at = context.cast(builder, args[6], sa[6], types.int64)
         builder.store(out, builder.bitcast(builder.gep(d_ptr, [at]), v64.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def copy_items(typingctx, dst, d, src, s, n):
+    """``dst[d:d + n] = src[s:s + n]`` (same dtype, no overlap) as one memcpy: numba's element loop for a short
+    run costs its vectoriser set-up and a scalar remainder (the GEMM epilogue copies rows of 56 outputs)."""
+    if dst.dtype != src.dtype:
+        return None
+    sig = types.void(dst, d, src, s, n)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        size = context.get_abi_sizeof(context.get_data_type(sa[0].dtype))
+        d_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+        s_ptr = context.make_array(sa[2])(context, builder, args[2]).data
+        d_at, s_at, count = (context.cast(builder, args[k], sa[k], types.int64) for k in (1, 3, 4))
+        cgutils.raw_memcpy(builder, builder.gep(d_ptr, [d_at]), builder.gep(s_ptr, [s_at]), count, size)
         return context.get_dummy_value()
 
     return sig, codegen

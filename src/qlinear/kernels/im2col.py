@@ -31,7 +31,7 @@ from qlinear.kernels import integer_gemm as ig
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._byte_transpose import transpose16, transpose32, zip4x16
+    from qlinear.kernels._byte_moves import transpose16, transpose32, zip4x16
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, pack_quad32,
                                               pack_quad32_stride2)
     from qlinear.kernels._vector_width import use_512_bit_vectors
@@ -993,7 +993,9 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
 
     lo, hi = (-128, 127) if x.dtype == np.int8 else (0, 255)
     worst = max(hi - za, za - lo)
-    wide = packed.bound(worst, bias) > ig.INT32_MAX and packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
+    bound = packed.bound(worst, bias)
+    wide = bound > ig.INT32_MAX and packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
+    rq.fuse(bound)
     if path == "blas" or wide or x.size == 0 or m_total == 0 or k_total == 0:
         acc = _fallback.conv_exact(func, x, za, packed.w, packed.w_zero_point, bias, group,
                                    strides, dilations, pads_begin, pads_end)
