@@ -133,3 +133,4 @@ def copy_items(typingctx, dst, d, src, s, n):
         return context.get_dummy_value()
 
     return sig, codegen
+

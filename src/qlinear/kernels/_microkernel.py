@@ -160,8 +160,8 @@ def _make_dot3(op: str):
     vec = ir.VectorType(i32, lanes)
 
     @intrinsic
-    def dot3(typingctx, xq, q0, q1, q2, wq, cp, c0, acc, a_off):
-        sig = types.void(xq, q0, q1, q2, wq, cp, c0, acc, a_off)
+    def dot3(typingctx, xq, q0, q1, q2, wq, cp, c0, acc, a_off, cs, nc):
+        sig = types.void(xq, q0, q1, q2, wq, cp, c0, acc, a_off, cs, nc)
 
         def codegen(context, builder, signature, args):
             sa = signature.args
@@ -172,14 +172,16 @@ def _make_dot3(op: str):
             qs = [context.cast(builder, args[k], sa[k], types.int64) for k in (1, 2, 3)]
             cp_v = context.cast(builder, args[5], sa[5], types.int64)
             a_off_v = context.cast(builder, args[8], sa[8], types.int64)
+            cs_v = context.cast(builder, args[9], sa[9], types.int64)
+            nc_v = context.cast(builder, args[10], sa[10], types.int64)
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), llvm_name)
 
             def load(ptr, at):
                 return builder.load(builder.bitcast(builder.gep(ptr, [at]), vec.as_pointer()), align=1)
 
-            n_vec = builder.udiv(cp_v, ir.Constant(i64, lanes))
+            n_vec = builder.udiv(nc_v, ir.Constant(i64, lanes))
             with cgutils.for_range(builder, n_vec) as loop:
-                c = builder.mul(loop.index, ir.Constant(i64, lanes))
+                c = builder.add(cs_v, builder.mul(loop.index, ir.Constant(i64, lanes)))
                 s = load(c_ptr, c)
                 for row in range(3):
                     xv = load(x_ptr, builder.add(qs[row], builder.mul(c, ir.Constant(i64, 4))))
@@ -194,8 +196,8 @@ def _make_dot3(op: str):
     return dot3
 
 
-# ``acc[a_off + c] = c0[c] + sum_r dot4(xq[q_r + 4c : q_r + 4c + 4], wq[r * cp + c])`` for c < cp (a multiple of
-# the lane count), r < 3: one row of a 3x3 depthwise kernel per vpdpbusd, xq holding each channel's 4
-# consecutive (dilated) input columns as unsigned bytes and wq the row's 3 signed weights and a 0.
+# ``acc[a_off + c] = c0[c] + sum_r dot4(xq[q_r + 4c : q_r + 4c + 4], wq[r * cp + c])`` for cs <= c < cs + nc (nc
+# a multiple of the lane count), r < 3: one row of a 3x3 depthwise kernel per vpdpbusd, xq holding each
+# channel's 4 consecutive (dilated) input columns as unsigned bytes and wq the row's 3 signed weights and a 0.
 depthwise_dot3_512 = _make_dot3("dpbusd512")
 depthwise_dot3_256 = _make_dot3("dpbusd256")
