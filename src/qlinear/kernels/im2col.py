@@ -103,7 +103,7 @@ if ig.HAVE_NUMBA:
     # and round the trip count up to a multiple of 32 lanes where that stays inside the panel's row: the
     # extra lanes are rewritten by a later run or by the zero fill of unused lanes, and the reads stay
     # inside xp thanks to its slack. Short trip counts would otherwise run in LLVM's scalar remainder loop.
-    @njit(cache=True, inline="always")
+    @njit(cache=True)
     def _quad_run(packed, d, xp, a0, a1, a2, a3, step, trip):
         out = packed[d:d + trip]
         if step == 1:
@@ -123,7 +123,49 @@ if ig.HAVE_NUMBA:
                 out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(8))
                                   | (np.uint32(x2[2 * t]) << np.uint32(16)) | (np.uint32(x3[2 * t]) << np.uint32(24)))
 
-    @njit(cache=True, inline="always")
+    @njit(cache=True)
+    def _colsum_run(colsum, c, xp, a0, a1, a2, a3, trip):
+        """colsum[c + t] += xp[a0 + t] + xp[a1 + t] (+ xp[a2 + t] + xp[a3 + t] unless a2 < 0) for t < trip.
+
+        A function of its own, not inlined: its slices in the packers' K-step loop cost ~40 cycles per step
+        even when the branch holding them never ran (numba's reference counting of the variables; 3x3 64 @56:
+        packing 211 -> 111 us)."""
+        cs = colsum[c:c + trip]
+        x0 = xp[a0:a0 + trip]
+        x1 = xp[a1:a1 + trip]
+        if a2 < 0:
+            for t in range(trip):
+                cs[t] += np.int32(x0[t]) + np.int32(x1[t])
+            return
+        x2 = xp[a2:a2 + trip]
+        x3 = xp[a3:a3 + trip]
+        for t in range(trip):
+            cs[t] += np.int32(x0[t]) + np.int32(x1[t]) + np.int32(x2[t]) + np.int32(x3[t])
+
+    @njit(cache=True)
+    def _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln):
+        """packed[d + t] = the 4 bytes xp[src + t*sw + k_j] (2 int16 halves if k2 < 0) for t0 <= t < ln: the
+        scalar form of the packers' runs (strides past 2). Not inlined, like _colsum_run."""
+        for t in range(t0, ln):
+            o = src + t * sw
+            if k2 < 0:
+                packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+            else:
+                packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(8))
+                                         | (np.uint32(xp[o + k2]) << np.uint32(16))
+                                         | (np.uint32(xp[o + k3]) << np.uint32(24)))
+
+    @njit(cache=True)
+    def _colsum_strided(colsum, c, xp, src, sw, k0, k1, k2, k3, ln):
+        """colsum[c + t] += the bytes xp[src + t*sw + k_j] (k0, k1 only if k2 < 0) for t < ln."""
+        for t in range(ln):
+            o = src + t * sw
+            v = np.int32(xp[o + k0]) + np.int32(xp[o + k1])
+            if k2 >= 0:
+                v += np.int32(xp[o + k2]) + np.int32(xp[o + k3])
+            colsum[c + t] += v
+
+    @njit(cache=True)
     def _pair_run(packed, d, xp, a0, a1, step, trip):
         out = packed[d:d + trip]
         if step == 1:
@@ -212,21 +254,12 @@ if ig.HAVE_NUMBA:
                             _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
                                       src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
                         if need_sum:
-                            cs = colsum[pan * nr:pan * nr + trip]
-                            x0 = xp[src + koff[4 * s]:src + koff[4 * s] + trip]
-                            x1 = xp[src + koff[4 * s + 1]:src + koff[4 * s + 1] + trip]
-                            x2 = xp[src + koff[4 * s + 2]:src + koff[4 * s + 2] + trip]
-                            x3 = xp[src + koff[4 * s + 3]:src + koff[4 * s + 3] + trip]
-                            for t in range(trip):
-                                cs[t] += np.int32(x0[t]) + np.int32(x1[t]) + np.int32(x2[t]) + np.int32(x3[t])
+                            _colsum_run(colsum, pan * nr, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                        src + koff[4 * s + 2], src + koff[4 * s + 3], trip)
                     else:
                         _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
                         if need_sum:
-                            cs = colsum[pan * nr:pan * nr + trip]
-                            x0 = xp[src + koff[2 * s]:src + koff[2 * s] + trip]
-                            x1 = xp[src + koff[2 * s + 1]:src + koff[2 * s + 1] + trip]
-                            for t in range(trip):
-                                cs[t] += np.int32(x0[t]) + np.int32(x1[t])
+                            _colsum_run(colsum, pan * nr, xp, src + koff[2 * s], src + koff[2 * s + 1], -1, -1, trip)
                 else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
                     shift = 32 // g
                     for t in range(nr):
@@ -307,17 +340,10 @@ if ig.HAVE_NUMBA:
                                 trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
                                 _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
                             t0 = ln
-                        for t in range(t0, ln):
-                            o = src + t * sw
-                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(8))
-                                                     | (np.uint32(xp[o + k2]) << np.uint32(16))
-                                                     | (np.uint32(xp[o + k3]) << np.uint32(24)))
+                        if t0 < ln:
+                            _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln)
                         if need_sum:
-                            cs = pan * nr + seg_lane[sg]
-                            for t in range(seg_len[sg]):
-                                o = src + t * sw
-                                colsum[cs + t] += np.int32(np.int32(xp[o + k0]) + np.int32(xp[o + k1])
-                                                           + np.int32(xp[o + k2]) + np.int32(xp[o + k3]))
+                            _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, k2, k3, ln)
                 elif s < kfull and g == 2:
                     k0 = koff[2 * s]
                     k1 = koff[2 * s + 1]
@@ -330,14 +356,10 @@ if ig.HAVE_NUMBA:
                             trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
                             _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
                             t0 = ln
-                        for t in range(t0, ln):
-                            o = src + t * sw
-                            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+                        if t0 < ln:
+                            _quad_strided(packed, d, xp, src, sw, k0, k1, -1, -1, t0, ln)
                         if need_sum:
-                            cs = pan * nr + seg_lane[sg]
-                            for t in range(seg_len[sg]):
-                                o = src + t * sw
-                                colsum[cs + t] += np.int32(np.int32(xp[o + k0]) + np.int32(xp[o + k1]))
+                            _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, -1, -1, ln)
                 else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
                     shift = 32 // g
                     for sg in range(nseg):
