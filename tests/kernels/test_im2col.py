@@ -4,6 +4,9 @@ int64 direct convolution written plainly here (a loop over taps and channels; no
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -316,9 +319,8 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     assert packed.depthwise_vnni_rows() is not None
     g = geo((s, s), (d, d), pb, pe)
     calls = []
-    for name in ("_depthwise3x3_cl_vnni512", "_depthwise3x3_cl_vnni256"):
-        real = getattr(im2col, name)
-        monkeypatch.setattr(im2col, name, lambda *a, _real=real, _name=name: (calls.append(_name), _real(*a))[1])
+    real = im2col._depthwise3x3_cl_vnni
+    monkeypatch.setattr(im2col, "_depthwise3x3_cl_vnni", lambda *a: (calls.append("zmm" if a[4] else "ymm"), real(*a))[1])
     got = im2col.conv(x, za, packed, bias, g, path=path)
     want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
     np.testing.assert_array_equal(got, want)
@@ -326,7 +328,7 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, "float64"), path=path)
     ref = np.clip(np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
     np.testing.assert_array_equal(y, ref.astype(U8))
-    assert calls == ["_depthwise3x3_cl_vnni512" if path == "avx512vnni" else "_depthwise3x3_cl_vnni256"] * 2
+    assert calls == ["zmm" if path == "avx512vnni" else "ymm"] * 2
 
 
 def test_depthwise_vnni_rows_refuse_wide_weights():
@@ -354,3 +356,28 @@ def test_depthwise3x3_kernels_worst_case(dw3x3_kernel, stride, x_val, za, w_val,
     want = direct_conv(x, za, w, zw, bias, 4, (stride, stride), (1, 1), (1, 1), (1, 1))
     assert want.min() >= -2**31 and want.max() <= 2**31 - 1
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif("avxvnni" not in PATHS, reason="no AVX-VNNI on this CPU")
+def test_depthwise_vnni_kernel_compiles_without_avx512(tmp_path):
+    # On a CPU with AVX-VNNI but no AVX-512 the one depthwise vpdpbusd kernel must still compile: its zmm
+    # branch becomes a trap there. Simulated in a subprocess (its own numba cache) by hiding the feature.
+    code = """if True:
+        import numpy as np
+        from qlinear.kernels import _microkernel, im2col
+        _microkernel._host_has = lambda feature: False
+        rng = np.random.default_rng(3)
+        x = rng.integers(0, 256, (1, 20, 6, 7)).astype(np.uint8)
+        w = rng.integers(-60, 60, (20, 1, 3, 3)).astype(np.int8)
+        g = dict(strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1))
+        packed = im2col.prepack_conv(w, np.int8(0), 20)
+        got = im2col.conv(x, np.uint8(7), packed, None, g, path="avxvnni")
+        want = im2col.conv(x, np.uint8(7), packed, None, g, path="blas")
+        assert np.array_equal(got, want)
+        ir = "".join(im2col._depthwise3x3_cl_vnni.inspect_llvm().values())
+        assert "llvm.trap" in ir and "vpdpbusd.512" not in ir and "vpdpbusd.256" in ir
+        print("ok")
+    """
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

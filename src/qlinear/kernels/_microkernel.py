@@ -154,6 +154,12 @@ pack_quad32 = _make_pack_quad32(1)
 pack_quad32_stride2 = _make_pack_quad32(2)
 
 
+def _host_has(feature: str) -> bool:
+    import llvmlite.binding as ll
+
+    return "+" + feature in ll.get_host_cpu_features().flatten().split(",")
+
+
 def _make_dot3(op: str):
     lanes, llvm_name, _kind = OPS[op]
     i32, i64 = ir.IntType(32), ir.IntType(64)
@@ -174,6 +180,11 @@ def _make_dot3(op: str):
             a_off_v = context.cast(builder, args[8], sa[8], types.int64)
             cs_v = context.cast(builder, args[9], sa[9], types.int64)
             nc_v = context.cast(builder, args[10], sa[10], types.int64)
+            if lanes == 16 and not _host_has("avx512vnni"):
+                # the caller's zmm branch, never taken on this CPU: no instruction LLVM cannot select here
+                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                            "llvm.trap"), [])
+                return context.get_dummy_value()
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), llvm_name)
 
             def load(ptr, at):

@@ -767,8 +767,8 @@ if ig.HAVE_NUMBA:
     # each input row is made channels-last in a scratch row, then zip4x16 stores, for every output column ow,
     # each channel's 4 input columns ow*stride + j*dw (j < 4) as one 32-bit group (xq: hp x ow_n x cp groups);
     # one vpdpbusd per kernel row then sums 3 taps (wq: (3, cp) groups of the row's 3 weights and a 0).
-    # One copy per instruction width: a function holding both intrinsics would not compile on a CPU lacking
-    # one of them.
+    # wide: zmm vpdpbusd (path avx512vnni), else ymm (avxvnni); on a CPU without AVX-512 VNNI the zmm form
+    # compiles to a trap (see _microkernel._make_dot3) and is never called.
     @njit(cache=True, inline="always")
     def _dw_vnni_row(x, flip, za, n, cc, cp, h, w, pt, pl, wpd, dw, stride, ow_n, r, xq):
         xr = np.empty((wpd + dw + 1) * cp, np.uint8)  # zip4x16's 4th column may lie past the row (weight 0)
@@ -781,8 +781,8 @@ if ig.HAVE_NUMBA:
                         (col + 3 * dw) * cp + cs, xq, dq + 4 * cs)
 
     @njit(cache=True, parallel=True)
-    def _depthwise3x3_cl_vnni512(x, flip, za, wq, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
-                               oh_n, ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+    def _depthwise3x3_cl_vnni(x, flip, za, wq, wide, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
+                              oh_n, ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
         cc = c_in
         cp = (cc + 15) // 16 * 16
         per_img = oh_n * ow_n
@@ -808,39 +808,10 @@ if ig.HAVE_NUMBA:
                         oh = (pix0 + i) // ow_n
                         ow = pix0 + i - oh * ow_n
                         q0 = ((oh * stride) * ow_n + ow) * cp * 4
-                        depthwise_dot3_512(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp, cs, nc)
-                _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
-                                  qmax, out32, out8)
-
-    @njit(cache=True, parallel=True)
-    def _depthwise3x3_cl_vnni256(x, flip, za, wq, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
-                               oh_n, ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
-        cc = c_in
-        cp = (cc + 15) // 16 * 16
-        per_img = oh_n * ow_n
-        xq = np.empty(hp * ow_n * cp * 4, np.uint8)
-        c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
-        n_tiles = (per_img + 15) // 16
-        for n in range(n_img):
-            for r in prange(hp):
-                use_512_bit_vectors()
-                _dw_vnni_row(x, flip, za, n, cc, cp, h, w, pt, pl, wpd, dw, stride, ow_n, r, xq)
-            for tile in prange(n_tiles):
-                use_512_bit_vectors()
-                acc = np.empty(16 * cp, np.int32)
-                q8 = np.empty(16 * cp + 32, np.uint8)
-                pix0 = tile * 16
-                npx = min(16, per_img - pix0)
-                step = dh * ow_n * cp * 4
-                # 64 channels at a time over the tile's pixels: their part of xq (a few KB) stays in L1
-                # (all channels per pixel streamed it from L2: 960 channels @7, 14 -> 10 us)
-                for cs in range(0, cp, 64):
-                    nc = min(64, cp - cs)
-                    for i in range(npx):
-                        oh = (pix0 + i) // ow_n
-                        ow = pix0 + i - oh * ow_n
-                        q0 = ((oh * stride) * ow_n + ow) * cp * 4
-                        depthwise_dot3_256(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp, cs, nc)
+                        if wide:
+                            depthwise_dot3_512(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp, cs, nc)
+                        else:
+                            depthwise_dot3_256(xq, q0, q0 + step, q0 + 2 * step, wq, cp, c0, acc, i * cp, cs, nc)
                 _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
                                   qmax, out32, out8)
 
@@ -1055,8 +1026,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         if _DW_VNNI and path in ("avx512vnni", "avxvnni"):
             rows = packed.depthwise_vnni_rows()
             if rows is not None:
-                kernel = _depthwise3x3_cl_vnni512 if path == "avx512vnni" else _depthwise3x3_cl_vnni256
-                wq = (rows,)
+                kernel, wq = _depthwise3x3_cl_vnni, (rows, path == "avx512vnni")
         ig.call_parallel(kernel, xc, np.uint8(flip), np.int32(zau), *wq, packed.w_centered_t, bias_full,
                          n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
                          plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
