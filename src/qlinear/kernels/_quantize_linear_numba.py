@@ -152,16 +152,19 @@ def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, ta
             while j < end:
                 n = min(end, (seg + 1) * seg_len) - j
                 if n == seg_len:
-                    # a run of whole segments: one trip count for all of them, so LLVM sets up the vector
-                    # loop once instead of once per (short) block
+                    # a run of whole segments: one pair of slices for the whole run, indexed with unsigned
+                    # offsets (no wrap-around code, so the per-block loops vectorise). Slicing per block cost
+                    # ~28 cycles a block in numba's reference counting: f32 -> int8 in blocks of 32, 16M
+                    # elements on 1 thread, 7.7 -> 4.9 ms
                     count = (end - j) // seg_len
+                    n = count * seg_len
+                    xs, os = x[i:i + n], out[i:i + n]
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
-                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        b = np.uint64(c * seg_len)
                         for k in range(seg_len):
-                            os[k] = _q_int_one(xs[k], sv, zv, tag, lo, hi, mask)
-                    n = count * seg_len
+                            os[b + np.uint64(k)] = _q_int_one(xs[b + np.uint64(k)], sv, zv, tag, lo, hi, mask)
                     seg += count
                 else:
                     sv = s[off + seg]
@@ -213,13 +216,14 @@ def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
                 n = min(end, (seg + 1) * seg_len) - j
                 if n == seg_len:  # a run of whole segments, one trip count (see _q_int_walk)
                     count = (end - j) // seg_len
+                    n = count * seg_len
+                    xs, os = x[i:i + n], out[i:i + n]
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
-                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        b = np.uint64(c * seg_len)
                         for k in range(seg_len):
-                            os[k] = _q_float_one(xs[k], sv, zv, tag, add_zp, fmt)
-                    n = count * seg_len
+                            os[b + np.uint64(k)] = _q_float_one(xs[b + np.uint64(k)], sv, zv, tag, add_zp, fmt)
                     seg += count
                 else:
                     sv = s[off + seg]
@@ -269,13 +273,15 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
                 n = min(end, (seg + 1) * seg_len) - j
                 if n == seg_len:  # a run of whole segments, one trip count (see _q_int_walk)
                     count = (end - j) // seg_len
+                    n = count * seg_len
+                    xs, os = x[i:i + n], out[i:i + n]
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
-                        xs, os = x[i + c * seg_len:i + (c + 1) * seg_len], out[i + c * seg_len:i + (c + 1) * seg_len]
+                        b = np.uint64(c * seg_len)
                         for k in range(seg_len):
-                            os[k] = from_f32(_dq_product(dq_value(xs[k], zv, mask, sign, table), sv), os)
-                    n = count * seg_len
+                            os[b + np.uint64(k)] = from_f32(_dq_product(dq_value(xs[b + np.uint64(k)], zv, mask, sign,
+                                                                                 table), sv), os)
                     seg += count
                 else:
                     sv = s[off + seg]
