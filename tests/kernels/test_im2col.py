@@ -320,7 +320,8 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     g = geo((s, s), (d, d), pb, pe)
     calls = []
     real = im2col._depthwise3x3_cl_vnni
-    monkeypatch.setattr(im2col, "_depthwise3x3_cl_vnni", lambda *a: (calls.append("zmm" if a[4] else "ymm"), real(*a))[1])
+    monkeypatch.setattr(im2col, "_depthwise3x3_cl_vnni",
+                        lambda *a: (calls.append("zmm" if a[4] else "ymm"), real(*a))[1])
     got = im2col.conv(x, za, packed, bias, g, path=path)
     want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
     np.testing.assert_array_equal(got, want)

@@ -72,7 +72,9 @@ def _make_transpose(width: int):
                 for k in range(16):
                     c = 16 * lane + k
                     with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, c), n), likely=True):
-                        col = rows[k] if width == 16 else builder.shuffle_vector(rows[k], ir.Constant(row_t, None), pick)
+                        col = rows[k]
+                        if width != 16:
+                            col = builder.shuffle_vector(col, ir.Constant(row_t, None), pick)
                         at = builder.add(d_off, builder.mul(d_stride, ir.Constant(i64, c)))
                         builder.store(col, builder.bitcast(builder.gep(d_ptr, [at]), col_t.as_pointer()), align=1)
             return context.get_dummy_value()

@@ -1014,7 +1014,8 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     bias_full = bias if bias is not None else packed.zero_bias
     kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
-            and s3 in ((1, 1, 1), (1, 2, 2)) and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
+            and s3 in ((1, 1, 1), (1, 2, 2))
+            and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
         # small output planes: vectorised across channels (channels-last copy made inside the kernel)
         out = np.empty(out_shape, rq.y_dtype)
         flat = out.reshape(-1)
