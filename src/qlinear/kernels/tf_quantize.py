@@ -150,11 +150,7 @@ def _quantize_constants(min_range, max_range, dtype, mode, round_mode, narrow_ra
         elif mode == ref.MIN_COMBINED:  # _min_combined
             a = ref._ftz(F64(hi - lo) / ref._ftz(max_r - min_r).astype(F64))
             b, c = min_r, max_r
-            if lo < 0:
-                half_range = F32((F64(hi) - F64(lo) + 1) / 2.0)
-                code = nb.Q_COMBINED_SIGNED
-            else:
-                code = nb.Q_COMBINED_UNSIGNED
+            code, half_range = _min_combined_code(nb, lo, hi)
             out_min, out_max = min_r, max_r
         elif mode == ref.MIN_FIRST:  # _min_first
             bits = dtype.itemsize * 8
@@ -201,6 +197,14 @@ def _max1(a, b):
     return b if a < b else a
 
 
+def _min_combined_code(nb, lo, hi):
+    """MIN_COMBINED's kernel code and half range: signed outputs are shifted by half the range, unsigned ones
+    not (half range 0)."""
+    if lo < 0:
+        return nb.Q_COMBINED_SIGNED, F32((F64(hi) - F64(lo) + 1) / 2.0)
+    return nb.Q_COMBINED_UNSIGNED, F32(0)
+
+
 def _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode, narrow_range,
                                   ensure_minimum_range):
     """`_quantize_constants` for one slice in SCALED or MIN_COMBINED mode; None for other modes."""
@@ -227,11 +231,7 @@ def _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode,
         else:  # _min_combined
             a = _ftz1(F64(hi - lo) / F64(_ftz1(max_r - min_r)))
             b, c = min_r, max_r
-            if lo < 0:
-                half_range = F32((F64(hi) - F64(lo) + 1) / 2.0)
-                code = nb.Q_COMBINED_SIGNED
-            else:
-                code = nb.Q_COMBINED_UNSIGNED
+            code, half_range = _min_combined_code(nb, lo, hi)
             out_min, out_max = min_r, max_r
     a, b, c = (np.array([v], F32) for v in (a, b, c))
     if _no_flush(mode, a, b):
