@@ -362,23 +362,26 @@ def test_depthwise3x3_kernels_worst_case(dw3x3_kernel, stride, x_val, za, w_val,
 @pytest.mark.skipif("avxvnni" not in PATHS, reason="no AVX-VNNI on this CPU")
 def test_depthwise_vnni_kernel_compiles_without_avx512(tmp_path):
     # On a CPU with AVX-VNNI but no AVX-512 the one depthwise vpdpbusd kernel must still compile: its zmm
-    # branch becomes a trap there. Simulated in a subprocess (its own numba cache) by hiding the feature.
-    code = """if True:
+    # branch becomes a trap there. Simulated in a subprocess (its own numba cache) by hiding the feature; the
+    # result is checked against the direct int64 convolution computed here.
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (1, 20, 6, 7)).astype(U8)
+    w = rng.integers(-60, 60, (20, 1, 3, 3)).astype(I8)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    np.save(tmp_path / "want.npy", direct_conv(x, 7, w, 0, None, 20, (1, 1), (1, 1), (1, 1), (1, 1)))
+    code = f"""if True:
         import numpy as np
         from qlinear.kernels import _microkernel, im2col
         _microkernel._host_has = lambda feature: False
-        rng = np.random.default_rng(3)
-        x = rng.integers(0, 256, (1, 20, 6, 7)).astype(np.uint8)
-        w = rng.integers(-60, 60, (20, 1, 3, 3)).astype(np.int8)
+        x, w, want = (np.load({str(tmp_path)!r} + f"/{{n}}.npy") for n in ("x", "w", "want"))
         g = dict(strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1))
-        packed = im2col.prepack_conv(w, np.int8(0), 20)
-        got = im2col.conv(x, np.uint8(7), packed, None, g, path="avxvnni")
-        want = im2col.conv(x, np.uint8(7), packed, None, g, path="blas")
+        got = im2col.conv(x, np.uint8(7), im2col.prepack_conv(w, np.int8(0), 20), None, g, path="avxvnni")
         assert np.array_equal(got, want)
         ir = "".join(im2col._depthwise3x3_cl_vnni.inspect_llvm().values())
         assert "llvm.trap" in ir and "vpdpbusd.512" not in ir and "vpdpbusd.256" in ir
         print("ok")
     """
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
