@@ -245,11 +245,14 @@ def test_conv_bad_arguments_raise_named_errors():
 # 9-tap loop, and _depthwise's general tap-by-tap loop, each forced in turn.
 CL_ALL = dict(_DW_CL_MAX_OUT=1 << 62, _DW_CL_MAX_OUT_S2=1 << 62)
 CL_NONE = dict(_DW_CL_MAX_OUT=0, _DW_CL_MAX_OUT_S2=0)
-DW3X3_KERNELS = {"channels_last": dict(CL_ALL, _DW_VNNI=False, _DW_SERIAL_MACS=0),  # on every thread
-                 "channels_last_vnni": dict(CL_ALL, _DW_VNNI=True),  # its vpdpbusd form when the weights allow
-                 "split": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
-                 "fused": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
-                 "general": dict(CL_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
+PERM_NONE = dict(_DW_PERM=False)
+PERM_ALL = dict(_DW_PERM=True)
+DW3X3_KERNELS = {"channels_last": dict(CL_ALL, **PERM_NONE, _DW_VNNI=False, _DW_SERIAL_MACS=0),  # on every thread
+                 "channels_last_vnni": dict(CL_ALL, **PERM_NONE, _DW_VNNI=True),  # its vpdpbusd form when weights allow
+                 "perm": dict(PERM_ALL),  # channel by channel with vpermb, when the CPU and the weights allow
+                 "split": dict(CL_NONE, **PERM_NONE, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
+                 "fused": dict(CL_NONE, **PERM_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=True),
+                 "general": dict(CL_NONE, **PERM_NONE, _DW_SPLIT_MIN_PLANE=1 << 62, _FUSE_DW3X3=False)}
 
 
 @pytest.fixture(params=list(DW3X3_KERNELS))
@@ -302,7 +305,7 @@ VNNI_PATHS = [p for p in ("avx512vnni", "avxvnni") if p in PATHS]
 @pytest.mark.parametrize("xdt", [U8, I8])
 def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, xdt):
     # centred weights that fit int8 (the vpdpbusd kernel's condition), their extremes -128 and 127 included
-    for name, value in dict(CL_ALL, _DW_SERIAL_MACS=0 if path == "avxvnni" else 1 << 62).items():
+    for name, value in dict(CL_ALL, **PERM_NONE, _DW_SERIAL_MACS=0 if path == "avxvnni" else 1 << 62).items():
         monkeypatch.setattr(im2col, name, value)
     xs, _mult, s, d, pb, pe = case
     rng = np.random.default_rng(len(xs) * 37 + s * 5 + d)
@@ -330,6 +333,65 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     ref = np.clip(np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
     np.testing.assert_array_equal(y, ref.astype(U8))
     assert calls == ["zmm" if path == "avx512vnni" else "ymm"] * 2
+
+
+PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [
+    # a plane too wide for 128-byte windows (16 pixels that cross rows need bytes 2 x 120 apart): another kernel serves it
+    ((1, 3, 6, 120), 1, 2, 1, (1, 1), (1, 1)),
+    # windows past the end of x for several channels (a 1x1 plane), and two channels
+    ((2, 20, 1, 1), 1, 1, 1, (1, 1), (1, 1)), ((1, 2, 5, 5), 1, 1, 1, (1, 1), (1, 1))]
+
+
+@pytest.mark.skipif(not ("avx512vnni" in PATHS and im2col._has_vbmi()), reason="no AVX-512 VBMI and VNNI")
+@pytest.mark.parametrize("case", PERM_CASES)
+@pytest.mark.parametrize("xdt", [U8, I8])
+@pytest.mark.parametrize("threads_serial", [0, 1 << 62])
+def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
+    # the vpermb kernel, with centred weights at the extremes of int8, on one thread and on all of them
+    for name, value in dict(PERM_ALL, _DW_SERIAL_MACS=threads_serial).items():
+        monkeypatch.setattr(im2col, name, value)
+    xs, _mult, s, d, pb, pe = case
+    rng = np.random.default_rng(len(xs) * 41 + s * 3 + d + xs[-1])
+    c = xs[1]
+    x = rand(rng, xs, xdt)
+    zw = rng.integers(-64, 64, c).astype(I8)
+    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
+    zw[0] = 0
+    w[0] = 0
+    w.reshape(c, 9)[0, :2] = (-128, 127)
+    za = rand(rng, (), xdt)
+    bias = rng.integers(-2**24, 2**24, c).astype(np.int32)
+    packed = im2col.prepack_conv(w, zw, c)
+    g = geo((s, s), (d, d), pb, pe)
+    calls = []
+    real = im2col._depthwise3x3_perm
+    monkeypatch.setattr(im2col, "_depthwise3x3_perm", lambda *a: (calls.append(1), real(*a))[1])
+    got = im2col.conv(x, za, packed, bias, g, path="avx512vnni")
+    want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
+    np.testing.assert_array_equal(got, want)
+    m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
+    for mode in ("float64", "float32"):
+        y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, mode), path="avx512vnni")
+        if mode == "float64":
+            ref = np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128)
+        else:
+            ref = np.rint(want.astype(np.float32) * m.reshape(1, -1, 1, 1)) + 128
+        np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
+    wide = xs[-1] == 120
+    assert calls == ([] if wide else [1] * 3)
+
+
+def test_depthwise_perm_tables():
+    # 7x7 plane, stride 1, pad 1: pixel 0's row-0 taps lie in the padding; pixel 8 (row 1, col 1) reads input
+    # (0..2, 0..2) around its centre (1, 1)
+    tab, pads, wins, win_end = im2col._dw_perm_tables(7, 7, 7, 7, 1, 1, 1, 1, 1, 1)
+    tab = tab.reshape(4, 3, 16, 4)
+    assert wins.shape == (4, 3) and win_end == wins.max() + 128
+    assert pads[0] & 0b0111 == 0b0111  # group 0, kernel row 0, pixel 0: all three taps padded
+    for r in range(3):
+        assert list(tab[0, r, 8, :3] + wins[0, r]) == [r * 7 + 0, r * 7 + 1, r * 7 + 2]
+        assert (int(pads[r]) >> 32) & 0b0111 == 0  # pixel 8: no tap padded
+    assert im2col._dw_perm_tables(6, 120, 3, 60, 2, 2, 1, 1, 1, 1) is None  # windows wider than 128 bytes
 
 
 def test_depthwise_vnni_rows_refuse_wide_weights():

@@ -212,3 +212,70 @@ def _make_dot3(op: str):
 # channel's 4 consecutive (dilated) input columns as unsigned bytes and wq the row's 3 signed weights and a 0.
 depthwise_dot3_512 = _make_dot3("dpbusd512")
 depthwise_dot3_256 = _make_dot3("dpbusd256")
+
+
+def _make_perm_dot3():
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    bytes64 = ir.VectorType(i8, 64)
+    vec = ir.VectorType(i32, 16)
+    mask64 = ir.VectorType(ir.IntType(1), 64)
+
+    @intrinsic
+    def perm_dot3(typingctx, src, b0, b1, b2, tab, t_off, pads, p_off, flip, za, w0, w1, w2, c0, acc, a_off):
+        sig = types.void(src, b0, b1, b2, tab, t_off, pads, p_off, flip, za, w0, w1, w2, c0, acc, a_off)
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+
+            def arg(k, ty=types.int64):
+                return context.cast(builder, args[k], sa[k], ty)
+
+            def splat(value, vty):
+                one = builder.insert_element(ir.Constant(vty, None), value, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(i32, vty.count),
+                                                                                      [0] * vty.count))
+
+            if not (_host_has("avx512vbmi") and _host_has("avx512vnni")):
+                # the caller never takes this kernel on such a CPU (see im2col._dw_perm_usable)
+                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                            "llvm.trap"), [])
+                return context.get_dummy_value()
+            x_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+            t_ptr = context.make_array(sa[4])(context, builder, args[4]).data
+            p_ptr = context.make_array(sa[6])(context, builder, args[6]).data
+            a_ptr = context.make_array(sa[14])(context, builder, args[14]).data
+            perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bytes64, [bytes64] * 3),
+                                                  "llvm.x86.avx512.vpermi2var.qi.512")
+            dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
+                                                 "llvm.x86.avx512.vpdpbusd.512")
+            flip_v = splat(builder.trunc(arg(8, types.int32), i8), bytes64)
+            za_v = splat(builder.trunc(arg(9, types.int32), i8), bytes64)
+            s = splat(arg(13, types.int32), vec)
+            t_off_v, p_off_v = arg(5), arg(7)
+
+            def load(ptr, at, ty, align):
+                return builder.load(builder.bitcast(builder.gep(ptr, [at]), ty.as_pointer()), align=align)
+
+            for row in range(3):
+                base = arg(1 + row)
+                lo = builder.xor(load(x_ptr, base, bytes64, 1), flip_v)
+                hi = builder.xor(load(x_ptr, builder.add(base, ir.Constant(i64, 64)), bytes64, 1), flip_v)
+                idx = load(t_ptr, builder.add(t_off_v, ir.Constant(i64, 64 * row)), bytes64, 1)
+                taps = builder.call(perm, [lo, idx, hi])
+                pad = builder.bitcast(load(p_ptr, builder.add(p_off_v, ir.Constant(i64, row)), i64, 8), mask64)
+                taps = builder.select(pad, za_v, taps)
+                s = builder.call(dot, [s, builder.bitcast(taps, vec), splat(arg(10 + row, types.int32), vec)])
+            builder.store(s, builder.bitcast(builder.gep(a_ptr, [arg(15)]), vec.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return perm_dot3
+
+
+# ``acc[a_off:a_off + 16] = c0 + sum_r dot4(taps_r, w_r)`` for one channel and 16 output pixels of a 3x3 depthwise
+# convolution, r < 3: taps_r gathers (vpermb over two 64-byte vectors: src[b_r:b_r + 128] ^ flip) each pixel's 3
+# input bytes of kernel row r and a 4th (weight 0) as one 32-bit group, by the 64 index bytes tab[t_off + 64r:]; the
+# bits of pads[p_off + r] mark the taps in the padding, which take za. w_r: the row's 3 signed weights and a 0.
+# Needs AVX-512 VBMI and VNNI (Ice Lake and later; Cascade Lake has VNNI but no VBMI).
+depthwise_perm_dot3 = _make_perm_dot3()

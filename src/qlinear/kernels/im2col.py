@@ -32,8 +32,8 @@ if ig.HAVE_NUMBA:
     from numba import njit, prange
 
     from qlinear.kernels._byte_moves import transpose16, transpose32, zip4x16
-    from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, pack_quad32,
-                                              pack_quad32_stride2)
+    from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
+                                              pack_quad32, pack_quad32_stride2)
     from qlinear.kernels._vector_width import use_512_bit_vectors
 
 
@@ -815,6 +815,39 @@ if ig.HAVE_NUMBA:
                 _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
                                   qmax, out32, out8)
 
+
+    # Channel by channel in the NCHW layout, when the CPU has VBMI: no transposes at all. For each 16 output
+    # pixels of a channel, one vpermb per kernel row gathers their taps from a 128-byte window of the channel's
+    # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run.
+    @njit(cache=True, inline="always")
+    def _dw_perm_channel(src, off, tab, pads, wins, n_groups, flip, za, w0, w1, w2, c0, acc):
+        for g in range(n_groups):
+            depthwise_perm_dot3(src, off + wins[g, 0], off + wins[g, 1], off + wins[g, 2], tab, g * 192, pads,
+                                g * 3, flip, za, w0, w1, w2, c0, acc, g * 16)
+
+    @njit(cache=True, parallel=True)
+    def _depthwise3x3_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
+                           per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+        c0s, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, c_in, c_in)
+        jobs = n_img * c_in
+        n_blocks = (jobs + 15) // 16
+        for blk in prange(n_blocks):  # 16 channels a task: one scratch accumulator row for all of them
+            use_512_bit_vectors()
+            acc = np.empty(n_groups * 16, np.int32)
+            for job in range(blk * 16, min(jobs, blk * 16 + 16)):
+                c = job % c_in
+                off = job * plane
+                if off + win_end <= x.size:
+                    _dw_perm_channel(x, off, tab, pads, wins, n_groups, flip, za, wq[0, c], wq[1, c], wq[2, c],
+                                     c0s[c], acc)
+                else:  # the windows would read past the end of x: from a copy of the plane
+                    src = np.zeros(max(win_end, plane), np.uint8)
+                    src[:plane] = x[off:off + plane]
+                    _dw_perm_channel(src, 0, tab, pads, wins, n_groups, flip, za, wq[0, c], wq[1, c], wq[2, c],
+                                     c0s[c], acc)
+                ig._store_row(acc, per_img, job * per_img, mc[c], mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+
+
 # ----------------------------------------------------------------------------------------------- driver
 def _geometry(func, geometry, n_spatial):
     def get(name):
@@ -827,8 +860,47 @@ def _geometry(func, geometry, n_spatial):
     return get("strides"), get("dilations"), get("pads_begin"), get("pads_end")
 
 
+def _dw_perm_tables(h, w, oh_n, ow_n, sh, sw, dh, dw, pt, pl):
+    """The gather tables of _depthwise3x3_perm for one plane geometry, or None when some 16 consecutive output
+    pixels need input bytes of one kernel row more than 128 apart (a wide plane: the other kernels serve it).
+
+    For group g of 16 pixels and kernel row r: wins[g, r], the window's start in the channel's plane; tab[g, r],
+    64 bytes: pixel i's taps j < 3 at window offsets [4i + j] (a 4th tap with weight 0 at [4i + 3]); pads[g, r],
+    a bit per byte set for the taps in the padding."""
+    per_img = oh_n * ow_n
+    n_groups = -(-per_img // 16)
+    pix = np.minimum(np.arange(n_groups * 16), per_img - 1).reshape(n_groups, 16)  # the tail repeats a pixel
+    oh, ow = pix // ow_n, pix % ow_n
+    tab = np.zeros((n_groups, 3, 16, 4), np.uint8)
+    pads = np.zeros((n_groups, 3), np.uint64)
+    wins = np.zeros((n_groups, 3), np.int64)
+    for r in range(3):
+        ih = (oh * sh + r * dh - pt)[:, :, None]
+        iw = (ow * sw - pl)[:, :, None] + np.arange(3) * dw
+        inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+        at = ih * w + iw
+        for g in range(n_groups):
+            used = at[g][inside[g]]
+            if used.size:
+                wins[g, r] = used.min()
+                if used.max() - used.min() >= 128:
+                    return None
+            tab[g, r, :, :3] = np.where(inside[g], at[g] - wins[g, r], 0)
+            bits = np.zeros((16, 4), bool)
+            bits[:, :3] = ~inside[g]
+            pads[g, r] = int(np.packbits(bits.reshape(-1), bitorder="little").view("<u8")[0])
+    return tab.reshape(-1), pads.reshape(-1), wins, int(wins.max()) + 128
+
+
 class _Plan:
     """Everything about one (input shape, geometry, path) that does not depend on the data; cached per PackedConv."""
+
+    def dw_perm(self):
+        """_dw_perm_tables for this 2-D geometry (computed on first use), or None."""
+        if self._dw_perm is False:
+            self._dw_perm = _dw_perm_tables(self.x3_shape[3], self.x3_shape[4], self.out3[1], self.out3[2],
+                                            self.s3[1], self.s3[2], self.d3[1], self.d3[2], self.pb3[1], self.pb3[2])
+        return self._dw_perm
 
     def __init__(self, packed: PackedConv, x_shape, strides, dilations, pads_begin, pads_end, path):
         n_spatial = len(x_shape) - 2
@@ -858,6 +930,7 @@ class _Plan:
             slice(self.pb3[i], self.pb3[i] + self.x3_shape[2 + i]) for i in range(3))
         dp, hp, wp = self.xp_shape[2:]
         self.plane = dp * hp * wp
+        self._dw_perm = False
         if packed.depthwise or path == "blas":
             return
         _op, mr, nv, lanes, g, _f = ig.PATHS[path]
@@ -1013,6 +1086,26 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
 
     bias_full = bias if bias is not None else packed.zero_bias
     kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
+    if (_DW_PERM and packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
+            and path == "avx512vnni" and _has_vbmi()
+            and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
+        # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
+        # gathered by vpermb (_depthwise3x3_perm); measured faster than every other kernel here (MobileNetV2's
+        # depthwise layers: 960/1 @7 79 -> 55 us, 144/2 @56 201 -> 71 us, 32/1 @112 321 -> 241 us, 1 thread)
+        out = np.empty(out_shape, rq.y_dtype)
+        flat = out.reshape(-1)
+        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
+        if packed.w_centered_t is None:
+            packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
+        tab, pads, wins, win_end = plan.dw_perm()
+        ig.call_parallel(_depthwise3x3_perm, xc, np.int32(flip), np.int32(zau), packed.depthwise_vnni_rows(),
+                         packed.w_centered_t, bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4], tab, pads,
+                         wins, win_end, wins.shape[0], plan.positions, rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin,
+                         rq.qmax, flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
+                         serial=n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS)
+        return out
+
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
             and s3 in ((1, 1, 1), (1, 2, 2))
             and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
@@ -1132,6 +1225,15 @@ _DW_SERIAL_MACS = 800_000
 _DW_VNNI = True
 _DW_SPLIT_MIN_PLANE = 2500
 _DW_SPLIT_STRIDE1 = False
+_DW_PERM = True
+_VBMI = None
+
+
+def _has_vbmi() -> bool:
+    global _VBMI
+    if _VBMI is None:
+        _VBMI = "avx512vbmi" in ig._host_features()
+    return _VBMI
 _FUSE_DW3X3 = True
 _SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
 _EMPTY32 = np.empty(1, np.int32)
