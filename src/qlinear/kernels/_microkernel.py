@@ -221,8 +221,10 @@ def _make_perm_dot3():
     mask64 = ir.VectorType(ir.IntType(1), 64)
 
     @intrinsic
-    def perm_dot3(typingctx, src, b0, b1, b2, tab, t_off, pads, p_off, flip, za, w0, w1, w2, c0, acc, a_off):
-        sig = types.void(src, b0, b1, b2, tab, t_off, pads, p_off, flip, za, w0, w1, w2, c0, acc, a_off)
+    def perm_dot3(typingctx, src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc,
+                  a_off, a_stride):
+        sig = types.void(src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc,
+                         a_off, a_stride)
 
         def codegen(context, builder, signature, args):
             sa = signature.args
@@ -230,42 +232,59 @@ def _make_perm_dot3():
             def arg(k, ty=types.int64):
                 return context.cast(builder, args[k], sa[k], ty)
 
+            def data(k):
+                return context.make_array(sa[k])(context, builder, args[k]).data
+
             def splat(value, vty):
                 one = builder.insert_element(ir.Constant(vty, None), value, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(i32, vty.count),
-                                                                                      [0] * vty.count))
-
-            if not (_host_has("avx512vbmi") and _host_has("avx512vnni")):
-                # the caller never takes this kernel on such a CPU (see im2col._dw_perm_usable)
-                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                            "llvm.trap"), [])
-                return context.get_dummy_value()
-            x_ptr = context.make_array(sa[0])(context, builder, args[0]).data
-            t_ptr = context.make_array(sa[4])(context, builder, args[4]).data
-            p_ptr = context.make_array(sa[6])(context, builder, args[6]).data
-            a_ptr = context.make_array(sa[14])(context, builder, args[14]).data
-            perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bytes64, [bytes64] * 3),
-                                                  "llvm.x86.avx512.vpermi2var.qi.512")
-            dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
-                                                 "llvm.x86.avx512.vpdpbusd.512")
-            flip_v = splat(builder.trunc(arg(8, types.int32), i8), bytes64)
-            za_v = splat(builder.trunc(arg(9, types.int32), i8), bytes64)
-            s = splat(arg(13, types.int32), vec)
-            t_off_v, p_off_v = arg(5), arg(7)
+                return builder.shuffle_vector(one, ir.Constant(vty, None),
+                                              ir.Constant(ir.VectorType(i32, vty.count), [0] * vty.count))
 
             def load(ptr, at, ty, align):
                 return builder.load(builder.bitcast(builder.gep(ptr, [at]), ty.as_pointer()), align=align)
 
-            for row in range(3):
-                base = arg(1 + row)
-                lo = builder.xor(load(x_ptr, base, bytes64, 1), flip_v)
-                hi = builder.xor(load(x_ptr, builder.add(base, ir.Constant(i64, 64)), bytes64, 1), flip_v)
-                idx = load(t_ptr, builder.add(t_off_v, ir.Constant(i64, 64 * row)), bytes64, 1)
-                taps = builder.call(perm, [lo, idx, hi])
-                pad = builder.bitcast(load(p_ptr, builder.add(p_off_v, ir.Constant(i64, row)), i64, 8), mask64)
-                taps = builder.select(pad, za_v, taps)
-                s = builder.call(dot, [s, builder.bitcast(taps, vec), splat(arg(10 + row, types.int32), vec)])
-            builder.store(s, builder.bitcast(builder.gep(a_ptr, [arg(15)]), vec.as_pointer()), align=4)
+            if not (_host_has("avx512vbmi") and _host_has("avx512vnni")):
+                # the caller never takes this kernel on such a CPU (see im2col._has_vbmi)
+                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                            "llvm.trap"), [])
+                return context.get_dummy_value()
+            x_ptr, n_ptr, t_ptr, p_ptr, w_ptr, c_ptr, a_ptr = (data(0), data(3), data(5), data(6), data(9), data(11),
+                                                               data(14))
+            perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(bytes64, [bytes64] * 3),
+                                                  "llvm.x86.avx512.vpermi2var.qi.512")
+            dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
+                                                 "llvm.x86.avx512.vpdpbusd.512")
+            flip_v = splat(builder.trunc(arg(7, types.int32), i8), bytes64)
+            za_v = splat(builder.trunc(arg(8, types.int32), i8), bytes64)
+            off_v, plane_v, n_groups_v, cp_v, c_first_v = arg(1), arg(2), arg(4), arg(10), arg(12)
+            a_off_v, a_stride_v = arg(15), arg(16)
+            with cgutils.for_range(builder, n_groups_v) as group_loop:
+                # groups in descending order: a group's lanes past a channel's end land in the next channel's
+                # first group, written after them
+                g = builder.sub(builder.sub(n_groups_v, ir.Constant(i64, 1)), group_loop.index)
+                # the group's tables, loaded once for all the channels
+                idx = [load(t_ptr, builder.add(builder.mul(g, ir.Constant(i64, 192)), ir.Constant(i64, 64 * r)),
+                            bytes64, 1) for r in range(3)]
+                pad = [builder.bitcast(load(p_ptr, builder.add(builder.mul(g, ir.Constant(i64, 3)),
+                                                              ir.Constant(i64, r)), i64, 8), mask64) for r in range(3)]
+                wins = [builder.add(off_v, load(n_ptr, builder.add(builder.mul(g, ir.Constant(i64, 3)),
+                                                                   ir.Constant(i64, r)), i64, 8)) for r in range(3)]
+                dst0 = builder.add(a_off_v, builder.mul(g, ir.Constant(i64, 16)))
+                with cgutils.for_range(builder, arg(13)) as loop:
+                    j = loop.index
+                    c = builder.add(c_first_v, j)
+                    base = builder.mul(j, plane_v)
+                    s = splat(load(c_ptr, c, i32, 4), vec)
+                    for r in range(3):
+                        at = builder.add(base, wins[r])
+                        lo = load(x_ptr, at, bytes64, 1)
+                        hi = load(x_ptr, builder.add(at, ir.Constant(i64, 64)), bytes64, 1)
+                        taps = builder.xor(builder.call(perm, [lo, idx[r], hi]), flip_v)
+                        taps = builder.select(pad[r], za_v, taps)
+                        w = splat(load(w_ptr, builder.add(c, builder.mul(cp_v, ir.Constant(i64, r))), i32, 4), vec)
+                        s = builder.call(dot, [s, builder.bitcast(taps, vec), w])
+                    dst = builder.add(dst0, builder.mul(j, a_stride_v))
+                    builder.store(s, builder.bitcast(builder.gep(a_ptr, [dst]), vec.as_pointer()), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -273,9 +292,11 @@ def _make_perm_dot3():
     return perm_dot3
 
 
-# ``acc[a_off:a_off + 16] = c0 + sum_r dot4(taps_r, w_r)`` for one channel and 16 output pixels of a 3x3 depthwise
-# convolution, r < 3: taps_r gathers (vpermb over two 64-byte vectors: src[b_r:b_r + 128] ^ flip) each pixel's 3
-# input bytes of kernel row r and a 4th (weight 0) as one 32-bit group, by the 64 index bytes tab[t_off + 64r:]; the
-# bits of pads[p_off + r] mark the taps in the padding, which take za. w_r: the row's 3 signed weights and a 0.
+# For channels c = c_first + j, j < n_ch, of a 3x3 depthwise convolution and each group g < n_groups of 16 output
+# pixels: ``acc[a_off + j * a_stride + 16 g:][:16] = c0s[c] + sum_r dot4(taps_r, wq[r, c])``, r < 3. taps_r gathers
+# (vpermb over two 64-byte vectors: src[off + j * plane + wins[g, r]:][:128], then ^ flip) each pixel's 3 input
+# bytes of kernel row r and a 4th (weight 0) as one 32-bit group, by the 64 index bytes tab[192 g + 64 r:]; the bits
+# of pads[3 g + r] mark the taps in the padding, which take za. wq[r, c]: the row's 3 signed weights and a 0 (cp =
+# wq's row pitch). See im2col._dw_perm_tables.
 # Needs AVX-512 VBMI and VNNI (Ice Lake and later; Cascade Lake has VNNI but no VBMI).
 depthwise_perm_dot3 = _make_perm_dot3()

@@ -819,33 +819,43 @@ if ig.HAVE_NUMBA:
     # Channel by channel in the NCHW layout, when the CPU has VBMI: no transposes at all. For each 16 output
     # pixels of a channel, one vpermb per kernel row gathers their taps from a 128-byte window of the channel's
     # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run.
-    @njit(cache=True, inline="always")
-    def _dw_perm_channel(src, off, tab, pads, wins, n_groups, flip, za, w0, w1, w2, c0, acc):
-        for g in range(n_groups):
-            depthwise_perm_dot3(src, off + wins[g, 0], off + wins[g, 1], off + wins[g, 2], tab, g * 192, pads,
-                                g * 3, flip, za, w0, w1, w2, c0, acc, g * 16)
-
     @njit(cache=True, parallel=True)
     def _depthwise3x3_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
                            per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
         c0s, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, c_in, c_in)
-        jobs = n_img * c_in
+        cp = wq.shape[1]
+        jobs = n_img * c_in  # job n * C + c: channel c of image n, whose input and output planes are its job-th
         n_blocks = (jobs + 15) // 16
-        for blk in prange(n_blocks):  # 16 channels a task: one scratch accumulator row for all of them
+        for blk in prange(n_blocks):  # 16 channels a task, split where an image ends
             use_512_bit_vectors()
-            acc = np.empty(n_groups * 16, np.int32)
-            for job in range(blk * 16, min(jobs, blk * 16 + 16)):
+            # channel j of the task at acc[j * per_img:]; a group's 16 lanes may run past per_img into the next
+            # channel's first group, which is therefore written after it (see depthwise_perm_dot3)
+            acc = np.empty(16 * per_img + 16, np.int32)
+            job = blk * 16
+            stop = min(jobs, job + 16)
+            while job < stop:
                 c = job % c_in
+                n_ch = min(stop - job, c_in - c)
                 off = job * plane
-                if off + win_end <= x.size:
-                    _dw_perm_channel(x, off, tab, pads, wins, n_groups, flip, za, wq[0, c], wq[1, c], wq[2, c],
-                                     c0s[c], acc)
-                else:  # the windows would read past the end of x: from a copy of the plane
-                    src = np.zeros(max(win_end, plane), np.uint8)
-                    src[:plane] = x[off:off + plane]
-                    _dw_perm_channel(src, 0, tab, pads, wins, n_groups, flip, za, wq[0, c], wq[1, c], wq[2, c],
-                                     c0s[c], acc)
-                ig._store_row(acc, per_img, job * per_img, mc[c], mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+                # channels whose windows would read past the end of x take their planes from a padded copy
+                n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
+                a0 = (job - blk * 16) * per_img
+                if n_x > 0:
+                    depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x, acc,
+                                        a0, per_img)
+                if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
+                    scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
+                    scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
+                    depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c + n_x,
+                                        n_ch - n_x, acc, a0 + n_x * per_img, per_img)
+                if mult_rs == 0:
+                    ig._store_row(acc[a0:a0 + n_ch * per_img], n_ch * per_img, job * per_img, mc[0], mc, 0, 0, mode,
+                                  yzp, qmin, qmax, out32, out8)
+                else:
+                    for j in range(n_ch):
+                        ig._store_row(acc[a0 + j * per_img:a0 + (j + 1) * per_img], per_img, (job + j) * per_img,
+                                      mc[c + j], mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+                job += n_ch
 
 
 # ----------------------------------------------------------------------------------------------- driver
