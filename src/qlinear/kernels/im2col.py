@@ -21,6 +21,7 @@ with x_zp (so no bounds checks in the inner loop).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -38,7 +39,8 @@ if ig.HAVE_NUMBA:
 
 
 class PackedConv:
-    """Convolution weights packed once: one :class:`PackedWeights` (rows orientation) per group."""
+    """Convolution weights packed once: one :class:`PackedWeights` (rows orientation) per group (made on first
+    use), and the depthwise kernels' forms of the same weights."""
 
     def __init__(self, w, w_zero_point, group: int = 1):
         w = np.asarray(w)
@@ -57,12 +59,14 @@ class PackedConv:
         if zp.size not in (1, self.out_channels):
             raise ValueError(f"{func}: w_zero_point must be a scalar or have M={self.out_channels} elements, got shape {zp.shape}")
         self.w_zero_point = np.broadcast_to(zp.reshape(-1), (self.out_channels,)).copy()
-        m_g = self.out_channels // self.group
-        k = self.group_channels * self.taps
-        w2 = self.w.reshape(self.out_channels, k)
-        self.groups = [ig.PackedWeights(w2[g * m_g:(g + 1) * m_g].T, self.w_zero_point[g * m_g:(g + 1) * m_g], "rows")
-                       for g in range(self.group)]
-        self.abs_colsum = np.concatenate([p.abs_colsum for p in self.groups])
+        lo, hi = (-128, 127) if w.dtype == np.int8 else (0, 255)
+        zp64 = self.w_zero_point.astype(np.int64)
+        if zp64.min(initial=0) < lo or zp64.max(initial=0) > hi:
+            raise ValueError(f"{func}: w_zero_point must lie in [{lo}, {hi}] for {w.dtype} weights")
+        w2 = self.w.reshape(self.out_channels, self.group_channels * self.taps)
+        self._w2 = w2
+        self._groups = None
+        self.abs_colsum = np.abs(w2.astype(np.int64) - zp64.reshape(-1, 1)).sum(axis=1)  # sum_k |w - zw| per channel
         self.abs_colsum_max = int(self.abs_colsum.max(initial=0))
         self.depthwise = self.group_channels == 1 and self.group > 1
         self.zero_bias = np.zeros(self.out_channels, np.int32)
@@ -72,6 +76,17 @@ class PackedConv:
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
         self.w_centered_t = None  # (taps, M), made on first use by the channels-last depthwise kernel
         self._vnni_rows = False  # (3, M rounded up to 16) int32, made on first use; None: not int8
+
+    @property
+    def groups(self) -> list:
+        """One PackedWeights (rows orientation) per group, for the GEMM path; made on first use, since the
+        depthwise kernels never need them (a 960-channel depthwise layer's 960 of them took 33 ms)."""
+        if self._groups is None:
+            m_g = self.out_channels // self.group
+            self._groups = [ig.PackedWeights(self._w2[g * m_g:(g + 1) * m_g].T,
+                                             self.w_zero_point[g * m_g:(g + 1) * m_g], "rows")
+                            for g in range(self.group)]
+        return self._groups
 
     def depthwise_vnni_rows(self):
         """A 3x3 depthwise kernel's centred weights as vpdpbusd groups, one int32 per (kernel row, channel):
@@ -870,6 +885,7 @@ def _geometry(func, geometry, n_spatial):
     return get("strides"), get("dilations"), get("pads_begin"), get("pads_end")
 
 
+@functools.lru_cache(maxsize=64)  # shared by every PackedConv: the op-level API packs weights on every call
 def _dw_perm_tables(h, w, oh_n, ow_n, sh, sw, dh, dw, pt, pl):
     """The gather tables of _depthwise3x3_perm for one plane geometry, or None when some 16 consecutive output
     pixels need input bytes of one kernel row more than 128 apart (a wide plane: the other kernels serve it).
