@@ -394,6 +394,25 @@ def test_depthwise_perm_tables():
     assert im2col._dw_perm_tables(6, 120, 3, 60, 2, 2, 1, 1, 1, 1) is None  # windows wider than 128 bytes
 
 
+def test_prepack_conv_checks_zero_points_and_packs_gemm_weights_only_when_used():
+    with pytest.raises(ValueError, match=r"prepack_conv: w_zero_point must lie in \[-128, 127\] for int8"):
+        im2col.prepack_conv(np.zeros((2, 1, 3, 3), I8), np.array([0, 200]), 2)
+    with pytest.raises(ValueError, match=r"prepack_conv: w_zero_point must lie in \[0, 255\] for uint8"):
+        im2col.prepack_conv(np.zeros((2, 1, 3, 3), U8), np.array([-1, 0]), 1)
+    rng = np.random.default_rng(5)
+    w = rand(rng, (6, 2, 3, 3), I8)
+    zw = rand(rng, (6,), I8)
+    packed = im2col.prepack_conv(w, zw, 3)
+    assert packed._groups is None  # nothing packed for the GEMM yet
+    centred = w.reshape(6, 18).astype(np.int64) - zw.reshape(-1, 1)
+    np.testing.assert_array_equal(packed.abs_colsum, np.abs(centred).sum(axis=1))
+    x = rand(rng, (1, 6, 5, 5), U8)
+    g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+    got = im2col.conv(x, U8(3), packed, None, g)
+    assert len(packed._groups) == 3
+    np.testing.assert_array_equal(got, direct_conv(x, 3, w, zw, np.zeros(6, np.int32), 3, (1, 1), (1, 1), (1, 1), (1, 1)))
+
+
 def test_depthwise_vnni_rows_refuse_wide_weights():
     # a centred weight of 128 does not fit int8: the vpdpbusd kernel must not be used
     w = np.zeros((2, 1, 3, 3), I8)
