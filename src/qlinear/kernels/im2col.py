@@ -836,53 +836,74 @@ if ig.HAVE_NUMBA:
     # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run.
     @njit(cache=True, parallel=True)
     def _depthwise3x3_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
-                           per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+                           per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8, n_tasks):
         c0s, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, c_in, c_in)
         cp = wq.shape[1]
         jobs = n_img * c_in  # job n * C + c: channel c of image n, whose input and output planes are its job-th
         n_blocks = (jobs + 15) // 16
-        for blk in prange(n_blocks):  # 16 channels a task, split where an image ends
+        n_tasks = min(n_tasks, n_blocks)
+        for task in prange(n_tasks):  # one run of blocks of 16 channels per thread: one scratch row for the run
             use_512_bit_vectors()
-            # channel j of the task at acc[j * per_img:]; a group's 16 lanes may run past per_img into the next
+            # channel j of a block at acc[j * per_img:]; a group's 16 lanes may run past per_img into the next
             # channel's first group, which is therefore written after it (see depthwise_perm_dot3)
             acc = np.empty(16 * per_img + 16, np.int32)
-            job = blk * 16
-            stop = min(jobs, job + 16)
-            while job < stop:
-                c = job % c_in
-                n_ch = min(stop - job, c_in - c)
-                off = job * plane
-                # channels whose windows would read past the end of x take their planes from a padded copy
-                n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
-                a0 = (job - blk * 16) * per_img
-                if n_x > 0:
-                    depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x, acc,
-                                        a0, per_img)
-                if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
-                    scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
-                    scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
-                    depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c + n_x,
-                                        n_ch - n_x, acc, a0 + n_x * per_img, per_img)
-                if mult_rs == 0:
-                    ig._store_row(acc[a0:a0 + n_ch * per_img], n_ch * per_img, job * per_img, mc[0], mc, 0, 0, mode,
-                                  yzp, qmin, qmax, out32, out8)
-                else:
-                    for j in range(n_ch):
-                        ig._store_row(acc[a0 + j * per_img:a0 + (j + 1) * per_img], per_img, (job + j) * per_img,
-                                      mc[c + j], mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
-                job += n_ch
+            for blk in range(task * n_blocks // n_tasks, (task + 1) * n_blocks // n_tasks):
+                job = blk * 16
+                stop = min(jobs, job + 16)
+                while job < stop:  # split where an image ends
+                    c = job % c_in
+                    n_ch = min(stop - job, c_in - c)
+                    off = job * plane
+                    # channels whose windows would read past the end of x take their planes from a padded copy
+                    n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
+                    a0 = (job - blk * 16) * per_img
+                    if n_x > 0:
+                        depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x, acc,
+                                            a0, per_img)
+                    if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
+                        scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
+                        scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
+                        depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c + n_x,
+                                            n_ch - n_x, acc, a0 + n_x * per_img, per_img)
+                    if mult_rs == 0:
+                        ig._store_row(acc[a0:a0 + n_ch * per_img], n_ch * per_img, job * per_img, mc[0], mc, 0, 0, mode,
+                                      yzp, qmin, qmax, out32, out8)
+                    else:
+                        for j in range(n_ch):
+                            ig._store_row(acc[a0 + j * per_img:a0 + (j + 1) * per_img], per_img, (job + j) * per_img,
+                                          mc[c + j], mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+                    job += n_ch
 
 
 # ----------------------------------------------------------------------------------------------- driver
+_GEOMETRY_NAMES = ("strides", "dilations", "pads_begin", "pads_end")
+_geometry_seen: dict = {}  # (raw values, n_spatial) -> parsed: repeated calls with the same geometry skip the parsing
+
+
 def _geometry(func, geometry, n_spatial):
-    def get(name):
-        v = geometry[name] if isinstance(geometry, dict) else getattr(geometry, name)
+    if isinstance(geometry, dict):
+        raw = tuple(geometry[name] for name in _GEOMETRY_NAMES)
+    else:
+        raw = tuple(getattr(geometry, name) for name in _GEOMETRY_NAMES)
+    try:
+        parsed = _geometry_seen.get((raw, n_spatial))
+    except TypeError:  # lists or arrays: not hashable
+        parsed, raw = None, None
+    if parsed is not None:
+        return parsed
+    parsed = []
+    for name, v in zip(_GEOMETRY_NAMES, tuple(geometry[n] for n in _GEOMETRY_NAMES) if isinstance(geometry, dict)
+                       else tuple(getattr(geometry, n) for n in _GEOMETRY_NAMES)):
         v = tuple(map(int, v))
         if len(v) != n_spatial:
             raise ValueError(f"{func}: geometry.{name} must have {n_spatial} entries, got {v}")
-        return v
-
-    return get("strides"), get("dilations"), get("pads_begin"), get("pads_end")
+        parsed.append(v)
+    parsed = tuple(parsed)
+    if raw is not None:
+        if len(_geometry_seen) > 256:
+            _geometry_seen.clear()
+        _geometry_seen[(raw, n_spatial)] = parsed
+    return parsed
 
 
 @functools.lru_cache(maxsize=64)  # shared by every PackedConv: the op-level API packs weights on every call
@@ -1083,7 +1104,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         if bias.dtype != np.int32 or bias.size != m_total:
             raise ValueError(f"{func}: bias must be int32 with M={m_total} elements, got {bias.dtype} {bias.shape}")
         bias = bias.reshape(-1)
-    za = int(np.asarray(x_zero_point).reshape(()))
+    za = ig.scalar_int(x_zero_point)
     path = ig.current_path(path)
     key = (x.shape, strides, dilations, pads_begin, pads_end, path)
     plan = packed.plans.get(key)
@@ -1125,11 +1146,12 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         if packed.w_centered_t is None:
             packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
         tab, pads, wins, win_end = plan.dw_perm()
+        serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
         ig.call_parallel(_depthwise3x3_perm, xc, np.int32(flip), np.int32(zau), packed.depthwise_vnni_rows(),
                          packed.w_centered_t, bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4], tab, pads,
                          wins, win_end, wins.shape[0], plan.positions, rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin,
                          rq.qmax, flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
-                         serial=n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS)
+                         1 if serial else ig.threads.get_num_threads(), serial=serial)
         return out
 
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)

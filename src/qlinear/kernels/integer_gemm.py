@@ -588,6 +588,13 @@ def wrap_int32(v) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- requant args
+def scalar_int(v) -> int:
+    """A zero point given as a Python or NumPy integer, or an array of one element, as an int."""
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    return int(np.asarray(v).reshape(()))
+
+
 class Requant:
     """Normalised requantization arguments: a flat float buffer with (row, col) strides, and output range."""
 
@@ -609,7 +616,7 @@ class Requant:
         self.mode = 1 if mode == "float64" else 2
         self.mode_name = mode
         self.y_dtype = y_dtype
-        self.yzp = int(np.asarray(y_zero_point).reshape(()))
+        self.yzp = scalar_int(y_zero_point)
         self.qmin, self.qmax = (-128, 127) if y_dtype == np.int8 else (0, 255)
         m = np.asarray(multiplier)
         if mode == "float32":
