@@ -875,6 +875,22 @@ if ig.HAVE_NUMBA:
                     job += n_ch
 
 
+    @njit(cache=True, nogil=True)
+    def _pad_input(x, flip, zau, xp, planes, d, h, w, dp, hp, wp, p0, p1, p2):
+        """x (planes x d x h x w, uint8 bits, ^ flip) into xp (planes x dp x hp x wp) at offset (p0, p1, p2),
+        everything else, the slack past the planes included, set to zau."""
+        xp[planes * dp * hp * wp:] = zau
+        for pl in range(planes):
+            dst = xp[pl * dp * hp * wp:(pl + 1) * dp * hp * wp]
+            dst[:] = zau
+            for z in range(d):
+                for y in range(h):
+                    s = x[((pl * d + z) * h + y) * w:((pl * d + z) * h + y + 1) * w]
+                    t = dst[((z + p0) * hp + y + p1) * wp + p2:((z + p0) * hp + y + p1) * wp + p2 + w]
+                    for i in range(w):
+                        t[i] = s[i] ^ flip
+
+
 # ----------------------------------------------------------------------------------------------- driver
 _GEOMETRY_NAMES = ("strides", "dilations", "pads_begin", "pads_end")
 _geometry_seen: dict = {}  # (raw values, n_spatial) -> parsed: repeated calls with the same geometry skip the parsing
@@ -973,8 +989,6 @@ class _Plan:
         self.x3_shape = (n_img, c_in) + (1,) * pad3 + tuple(x_shape[2:])
         self.padded = any(self.pb3) or any(self.pe3)
         self.xp_shape = (n_img, c_in) + tuple(self.x3_shape[2 + i] + self.pb3[i] + self.pe3[i] for i in range(3))
-        self.inner = (slice(None), slice(None)) + tuple(
-            slice(self.pb3[i], self.pb3[i] + self.x3_shape[2 + i]) for i in range(3))
         dp, hp, wp = self.xp_shape[2:]
         self.plane = dp * hp * wp
         self._dw_perm = False
@@ -1137,8 +1151,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             and path == "avx512vnni" and _has_vbmi()
             and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
         # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
-        # gathered by vpermb (_depthwise3x3_perm); measured faster than every other kernel here (MobileNetV2's
-        # depthwise layers: 960/1 @7 79 -> 55 us, 144/2 @56 201 -> 71 us, 32/1 @112 321 -> 241 us, 1 thread)
+        # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
         out = np.empty(out_shape, rq.y_dtype)
         flat = out.reshape(-1)
         xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
@@ -1192,25 +1205,18 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
                          flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8)
         return out
 
-    x3 = x.reshape(plan.x3_shape)
-    if x.dtype == np.int8:
-        xu, zau = x3.view(np.uint8) ^ np.uint8(0x80), za + 128
-    else:
-        xu, zau = x3, za
+    flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
     # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
     # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
     size = math.prod(plan.xp_shape)
-    if not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and xu.flags.c_contiguous:
-        xflat = xu.reshape(-1)
+    if (not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and not flip
+            and x.flags.c_contiguous):
+        xflat = x.reshape(-1)
     else:
+        # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
         xflat = np.empty(size + _SLACK, np.uint8)
-        xp = xflat[:size].reshape(plan.xp_shape)
-        if plan.padded:
-            xp.fill(zau)
-            xp[plan.inner] = xu
-        else:
-            xp[...] = xu
-        xflat[size:] = zau
+        _pad_input(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.uint8(flip), np.uint8(zau), xflat,
+                   n_img * c_in, *plan.x3_shape[2:], *plan.xp_shape[2:], *plan.pb3)
     dp, hp, wp = plan.xp_shape[2:]
     out = np.empty(out_shape, rq.y_dtype)
     flat = out.reshape(-1)
@@ -1267,6 +1273,10 @@ _VIRTUAL_MAX_PANELS = 1.2
 # _depthwise with its fused 9-tap loop (1.1-1.3x faster than the tap-by-tap loop) is used instead.
 # Below _DW_SERIAL_MACS multiply-adds the channels-last kernel runs on one thread: waking the second costs
 # more than it saves (192/2 @28: 80 us on 1 thread, 104-111 us on 2).
+# Ahead of all of these, on CPUs with AVX-512 VBMI and weights whose centred values fit int8, _depthwise3x3_perm
+# (channel by channel, vpermb gathers, no transposes) takes every plane its 128-byte windows fit (all of
+# MobileNetV2's but 96/2 @112): 1.3-2.8x faster than the best of the others there (1 thread: 960/1 @7 79 -> 45 us,
+# 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us). It uses the same _DW_SERIAL_MACS threshold.
 _DW_CL_MAX_OUT = 784
 _DW_CL_MAX_OUT_S2 = 3136
 _DW_SERIAL_MACS = 800_000
