@@ -322,3 +322,20 @@ def test_fused_float64_form_equals_two_roundings(ydt, yzp):
                 got[mode] = out.view(ydt)
             np.testing.assert_array_equal(got[3], got[1])
             np.testing.assert_array_equal(got[3], want.reshape(-1))
+
+
+@pytest.mark.skipif(not ig.HAVE_NUMBA, reason="numba kernels only")
+@pytest.mark.parametrize("m", [1, 7, 8, 17])
+@pytest.mark.parametrize("k", [4, 12, 64])
+@pytest.mark.parametrize("xor", [0, 0x80])
+@pytest.mark.parametrize("need_sum", [False, True])
+def test_word_packer_matches_byte_packer(m, k, xor, need_sum):
+    # the activation packer for groups of 4 bytes reads each group as one 32-bit word: same panels and row sums
+    a = np.random.default_rng(m * 100 + k).integers(0, 256, (m, k)).astype(np.uint8)
+    want_p, want_s = ig._pack_rows(a, np.uint8(xor), 4, 8, need_sum)
+    ub = a ^ np.uint8(xor)
+    got_p, got_s = ig._pack_rows_words(a.view(np.int32), np.int32(-0x7F7F7F80 if xor else 0), 8, -(-m // 8),
+                                       need_sum, ub)
+    np.testing.assert_array_equal(got_p, want_p)
+    if need_sum:
+        np.testing.assert_array_equal(got_s, want_s)
