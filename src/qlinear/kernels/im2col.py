@@ -880,6 +880,13 @@ if ig.HAVE_NUMBA:
         """x (planes x d x h x w, uint8 bits, ^ flip) into xp (planes x dp x hp x wp) at offset (p0, p1, p2),
         everything else, the slack past the planes included, set to zau."""
         xp[planes * dp * hp * wp:] = zau
+        if dp == d and hp == h and wp == w:  # no padding: one run
+            n = planes * d * h * w
+            dst = xp[:n]
+            src = x[:n]
+            for i in range(n):
+                dst[i] = src[i] ^ flip
+            return
         for pl in range(planes):
             dst = xp[pl * dp * hp * wp:(pl + 1) * dp * hp * wp]
             dst[:] = zau
