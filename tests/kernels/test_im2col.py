@@ -299,6 +299,19 @@ def test_depthwise3x3_kernels_match_direct_int64(dw3x3_kernel, case, xdt):
 VNNI_PATHS = [p for p in ("avx512vnni", "avxvnni") if p in PATHS]
 
 
+def int8_centred_case(rng, xs, xdt):
+    """x, 3x3 depthwise weights and zero points whose centred values fit int8 (the vpdpbusd kernels' condition;
+    channel 0 holds the extremes -128 and 127), x's zero point and a bias."""
+    c = xs[1]
+    x = rand(rng, xs, xdt)
+    zw = rng.integers(-64, 64, c).astype(I8)
+    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
+    zw[0] = 0
+    w[0] = 0
+    w.reshape(c, 9)[0, :2] = (-128, 127)
+    return x, w, zw, rand(rng, (), xdt), rng.integers(-2**24, 2**24, c).astype(np.int32)
+
+
 @pytest.mark.skipif(not VNNI_PATHS, reason="no VNNI on this CPU")
 @pytest.mark.parametrize("path", VNNI_PATHS)
 @pytest.mark.parametrize("case", [c for c in DW3X3_CASES if c[1] == 1])
@@ -308,16 +321,9 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     for name, value in dict(CL_ALL, **PERM_NONE, _DW_SERIAL_MACS=0 if path == "avxvnni" else 1 << 62).items():
         monkeypatch.setattr(im2col, name, value)
     xs, _mult, s, d, pb, pe = case
-    rng = np.random.default_rng(len(xs) * 37 + s * 5 + d)
     c = xs[1]
-    x = rand(rng, xs, xdt)
-    zw = rng.integers(-64, 64, c).astype(I8)
-    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
-    zw[0] = 0
-    w[0] = 0
-    w.reshape(c, 9)[0, :2] = (-128, 127)
-    za = rand(rng, (), xdt)
-    bias = rng.integers(-2**24, 2**24, c).astype(np.int32)
+    rng = np.random.default_rng(len(xs) * 37 + s * 5 + d)
+    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt)
     packed = im2col.prepack_conv(w, zw, c)
     assert packed.depthwise_vnni_rows() is not None
     g = geo((s, s), (d, d), pb, pe)
@@ -351,16 +357,9 @@ def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, t
     for name, value in dict(PERM_ALL, _DW_SERIAL_MACS=threads_serial).items():
         monkeypatch.setattr(im2col, name, value)
     xs, _mult, s, d, pb, pe = case
-    rng = np.random.default_rng(len(xs) * 41 + s * 3 + d + xs[-1])
     c = xs[1]
-    x = rand(rng, xs, xdt)
-    zw = rng.integers(-64, 64, c).astype(I8)
-    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
-    zw[0] = 0
-    w[0] = 0
-    w.reshape(c, 9)[0, :2] = (-128, 127)
-    za = rand(rng, (), xdt)
-    bias = rng.integers(-2**24, 2**24, c).astype(np.int32)
+    rng = np.random.default_rng(len(xs) * 41 + s * 3 + d + xs[-1])
+    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt)
     packed = im2col.prepack_conv(w, zw, c)
     g = geo((s, s), (d, d), pb, pe)
     calls = []

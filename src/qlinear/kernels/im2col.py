@@ -74,7 +74,7 @@ class PackedConv:
         if self.depthwise:
             zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
-        self.w_centered_t = None  # (taps, M), made on first use by the channels-last depthwise kernel
+        self.w_centered_t = None  # see centered_taps_first
         self._vnni_rows = False  # (3, M rounded up to 16) int32, made on first use; None: not int8
 
     @property
@@ -87,6 +87,13 @@ class PackedConv:
                                              self.w_zero_point[g * m_g:(g + 1) * m_g], "rows")
                             for g in range(self.group)]
         return self._groups
+
+    def centered_taps_first(self):
+        """The depthwise centred weights as (taps, M), made on first use (the kernels that vectorise across
+        channels read a tap's weights for consecutive channels)."""
+        if self.w_centered_t is None:
+            self.w_centered_t = np.ascontiguousarray(self.w_centered.T)
+        return self.w_centered_t
 
     def depthwise_vnni_rows(self):
         """A 3x3 depthwise kernel's centred weights as vpdpbusd groups, one int32 per (kernel row, channel):
@@ -1159,16 +1166,12 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
         # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
         # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
-        out = np.empty(out_shape, rq.y_dtype)
-        flat = out.reshape(-1)
-        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
-        if packed.w_centered_t is None:
-            packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
+        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
+        wt = packed.centered_taps_first()
         tab, pads, wins, win_end = plan.dw_perm()
         serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
-        ig.call_parallel(_depthwise3x3_perm, xc, np.int32(flip), np.int32(zau), packed.depthwise_vnni_rows(),
-                         packed.w_centered_t, bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4], tab, pads,
+        ig.call_parallel(_depthwise3x3_perm, xc, np.int32(flip), np.int32(zau), packed.depthwise_vnni_rows(), wt,
+                         bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4], tab, pads,
                          wins, win_end, wins.shape[0], plan.positions, rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin,
                          rq.qmax, flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
                          1 if serial else ig.threads.get_num_threads(), serial=serial)
@@ -1178,18 +1181,14 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             and s3 in ((1, 1, 1), (1, 2, 2))
             and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
         # small output planes: vectorised across channels (channels-last copy made inside the kernel)
-        out = np.empty(out_shape, rq.y_dtype)
-        flat = out.reshape(-1)
-        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
-        if packed.w_centered_t is None:
-            packed.w_centered_t = np.ascontiguousarray(packed.w_centered.T)
+        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
+        wt = packed.centered_taps_first()
         kernel, wq = _depthwise3x3_cl, ()
         if _DW_VNNI and path in ("avx512vnni", "avxvnni"):
             rows = packed.depthwise_vnni_rows()
             if rows is not None:
                 kernel, wq = _depthwise3x3_cl_vnni, (rows, path == "avx512vnni")
-        ig.call_parallel(kernel, xc, np.uint8(flip), np.int32(zau), *wq, packed.w_centered_t, bias_full,
+        ig.call_parallel(kernel, xc, np.uint8(flip), np.int32(zau), *wq, wt, bias_full,
                          n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
                          plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
                          rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
@@ -1200,10 +1199,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     if (packed.depthwise and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3) and s3 in ((1, 1, 1), (1, 2, 2))
             and (s3[2] == 2 or _DW_SPLIT_STRIDE1) and x.shape[-1] * x.shape[-2] >= _DW_SPLIT_MIN_PLANE):
         # pads (and phase-splits) the input itself, channel by channel, flipping int8 to uint8 on the way
-        out = np.empty(out_shape, rq.y_dtype)
-        flat = out.reshape(-1)
-        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
+        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
         ig.call_parallel(_depthwise3x3, xc, np.uint8(flip), np.int32(zau),
                          packed.w_centered, bias_full, m_total // c_in, n_img, c_in,
                          plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
@@ -1264,6 +1260,14 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
                          plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
                          plan.row_off[gi], plan.col_off, out32, out8)
     return out
+
+
+def _direct_operands(x, za, out_shape, y_dtype):
+    """For the direct (depthwise) kernels: the output and its flat view, x as flat uint8 bits, and the flip that
+    makes int8 bits uint8 (x ^ 0x80) with the zero point moved alike."""
+    out = np.empty(out_shape, y_dtype)
+    flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
+    return out, out.reshape(-1), np.ascontiguousarray(x).reshape(-1).view(np.uint8), flip, zau
 
 
 _USE_PHASES = True
