@@ -230,6 +230,16 @@ def test_conv_bad_arguments_raise_named_errors():
         im2col.conv(np.zeros((1, 3, 5, 5), U8), U8(0), packed, None, g)
     with pytest.raises(ValueError, match=r"conv: geometry.strides must have 2 entries"):
         im2col.conv(np.zeros((1, 2, 5, 5), U8), U8(0), packed, None, geo((1,), (1, 1), (0, 0), (0, 0)))
+    # the same values as lists (not hashable: parsed on every call) and as tuples (parsed once), and a 1-D
+    # geometry whose values were seen before for a 2-D call
+    x = np.random.default_rng(2).integers(0, 256, (1, 2, 5, 5)).astype(U8)
+    want = im2col.conv(x, U8(3), packed, None, g)
+    as_lists = dict(strides=[1, 1], dilations=[1, 1], pads_begin=[0, 0], pads_end=[0, 0])
+    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed, None, as_lists), want)
+    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed, None, g), want)
+    packed_1d = im2col.prepack_conv(np.zeros((4, 2, 3), I8), np.int8(0))
+    with pytest.raises(ValueError, match=r"conv: geometry.strides must have 1 entries"):
+        im2col.conv(np.zeros((1, 2, 5), U8), U8(0), packed_1d, None, g)
     with pytest.raises(ValueError, match=r"conv: the dilated kernel \(3, 3\) is larger than the padded input"):
         im2col.conv(np.zeros((1, 2, 2, 5), U8), U8(0), packed, None, g)
     with pytest.raises(ValueError, match=r"conv: geometry.group=2 but the weights were packed with group=1"):

@@ -915,24 +915,24 @@ def _geometry(func, geometry, n_spatial):
         raw = tuple(geometry[name] for name in _GEOMETRY_NAMES)
     else:
         raw = tuple(getattr(geometry, name) for name in _GEOMETRY_NAMES)
+    key = (raw, n_spatial)
     try:
-        parsed = _geometry_seen.get((raw, n_spatial))
-    except TypeError:  # lists or arrays: not hashable
-        parsed, raw = None, None
+        parsed = _geometry_seen.get(key)
+    except TypeError:  # lists or arrays: not hashable, parsed every time
+        parsed, key = None, None
     if parsed is not None:
         return parsed
     parsed = []
-    for name, v in zip(_GEOMETRY_NAMES, tuple(geometry[n] for n in _GEOMETRY_NAMES) if isinstance(geometry, dict)
-                       else tuple(getattr(geometry, n) for n in _GEOMETRY_NAMES)):
+    for name, v in zip(_GEOMETRY_NAMES, raw):
         v = tuple(map(int, v))
         if len(v) != n_spatial:
             raise ValueError(f"{func}: geometry.{name} must have {n_spatial} entries, got {v}")
         parsed.append(v)
     parsed = tuple(parsed)
-    if raw is not None:
+    if key is not None:
         if len(_geometry_seen) > 256:
             _geometry_seen.clear()
-        _geometry_seen[(raw, n_spatial)] = parsed
+        _geometry_seen[key] = parsed
     return parsed
 
 
