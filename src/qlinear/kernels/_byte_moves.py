@@ -18,6 +18,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from qlinear.kernels._microkernel import splat
+
 
 def _interleave_masks(width: int):
     """Shuffle masks of two width-byte vectors a, b: per 128-bit lane, the low (high) 8 bytes of a and b
@@ -53,8 +55,7 @@ def _make_transpose(width: int):
             s_off, s_stride, d_off, d_stride, n = (context.cast(builder, args[k], sa[k], types.int64)
                                                   for k in (1, 2, 4, 5, 6))
             f = context.cast(builder, args[7], sa[7], types.uint8)
-            fv = builder.shuffle_vector(builder.insert_element(ir.Constant(row_t, None), f, ir.Constant(i32, 0)),
-                                        ir.Constant(row_t, None), ir.Constant(ir.VectorType(i32, width), [0] * width))
+            fv = splat(builder, f, row_t)
             rows = []
             for j in range(16):
                 at = builder.add(s_off, builder.mul(s_stride, ir.Constant(i64, j)))
@@ -98,7 +99,7 @@ def zip4x16(typingctx, src, o0, o1, o2, o3, dst, d):
     def codegen(context, builder, signature, args):
         sa = signature.args
         i8, i32 = ir.IntType(8), ir.IntType(32)
-        v16, v32, v64 = ir.VectorType(i8, 16), ir.VectorType(i8, 32), ir.VectorType(i8, 64)
+        v16, v64 = ir.VectorType(i8, 16), ir.VectorType(i8, 64)
         s_ptr = context.make_array(sa[0])(context, builder, args[0]).data
         d_ptr = context.make_array(sa[5])(context, builder, args[5]).data
         runs = []

@@ -21,6 +21,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from qlinear.kernels._vector_width import host_has as _host_has
+
 # op -> (lanes of int32 per vector, LLVM intrinsic, kind)
 OPS = {
     "dpbusd512": (16, "llvm.x86.avx512.vpdpbusd.512", "dpbusd"),
@@ -71,7 +73,6 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
             for row in accs:
                 for a in row:
                     builder.store(ir.Constant(vec, [0] * lanes), a)
-            mask0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
             with cgutils.for_range(builder, ks_v) as loop:
                 s = loop.index
@@ -85,8 +86,7 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
                 for r in range(mr):
                     ptr = builder.gep(p_ptr, [builder.add(p_base, ir.Constant(i64, r))])
                     scalar = builder.load(ptr, align=4)
-                    one = builder.insert_element(ir.Constant(vec, None), scalar, ir.Constant(i32, 0))
-                    bc = builder.shuffle_vector(one, ir.Constant(vec, None), mask0)
+                    bc = splat(builder, scalar, vec)
                     for v in range(nv):
                         acc = builder.load(accs[r][v])
                         if kind == "dpbusd":
@@ -154,10 +154,18 @@ pack_quad32 = _make_pack_quad32(1)
 pack_quad32_stride2 = _make_pack_quad32(2)
 
 
-def _host_has(feature: str) -> bool:
-    import llvmlite.binding as ll
+def splat(builder, value, vty):
+    """``value`` in every lane of a vector of type ``vty`` (insert into lane 0, shuffle with an all-zero mask:
+    LLVM selects a broadcast)."""
+    one = builder.insert_element(ir.Constant(vty, None), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, ir.Constant(vty, None),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
-    return "+" + feature in ll.get_host_cpu_features().flatten().split(",")
+
+def _trap(builder):
+    """The body of an intrinsic whose instructions this CPU lacks, in a branch its caller never takes here:
+    LLVM must not be asked to select them."""
+    builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap"), [])
 
 
 def _make_dot3(op: str):
@@ -180,10 +188,8 @@ def _make_dot3(op: str):
             a_off_v = context.cast(builder, args[8], sa[8], types.int64)
             cs_v = context.cast(builder, args[9], sa[9], types.int64)
             nc_v = context.cast(builder, args[10], sa[10], types.int64)
-            if lanes == 16 and not _host_has("avx512vnni"):
-                # the caller's zmm branch, never taken on this CPU: no instruction LLVM cannot select here
-                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                            "llvm.trap"), [])
+            if lanes == 16 and not _host_has("avx512vnni"):  # the caller's zmm branch, never taken on this CPU
+                _trap(builder)
                 return context.get_dummy_value()
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), llvm_name)
 
@@ -235,18 +241,11 @@ def _make_perm_dot3():
             def data(k):
                 return context.make_array(sa[k])(context, builder, args[k]).data
 
-            def splat(value, vty):
-                one = builder.insert_element(ir.Constant(vty, None), value, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vty, None),
-                                              ir.Constant(ir.VectorType(i32, vty.count), [0] * vty.count))
-
             def load(ptr, at, ty, align):
                 return builder.load(builder.bitcast(builder.gep(ptr, [at]), ty.as_pointer()), align=align)
 
-            if not (_host_has("avx512vbmi") and _host_has("avx512vnni")):
-                # the caller never takes this kernel on such a CPU (see im2col._has_vbmi)
-                builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                            "llvm.trap"), [])
+            if not (_host_has("avx512vbmi") and _host_has("avx512vnni")):  # never called there (im2col._has_vbmi)
+                _trap(builder)
                 return context.get_dummy_value()
             x_ptr, n_ptr, t_ptr, p_ptr, w_ptr, c_ptr, a_ptr = (data(0), data(3), data(5), data(6), data(9), data(11),
                                                                data(14))
@@ -254,8 +253,8 @@ def _make_perm_dot3():
                                                   "llvm.x86.avx512.vpermi2var.qi.512")
             dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
                                                  "llvm.x86.avx512.vpdpbusd.512")
-            flip_v = splat(builder.trunc(arg(7, types.int32), i8), bytes64)
-            za_v = splat(builder.trunc(arg(8, types.int32), i8), bytes64)
+            flip_v = splat(builder, builder.trunc(arg(7, types.int32), i8), bytes64)
+            za_v = splat(builder, builder.trunc(arg(8, types.int32), i8), bytes64)
             off_v, plane_v, n_groups_v, cp_v, c_first_v = arg(1), arg(2), arg(4), arg(10), arg(12)
             a_off_v, a_stride_v = arg(15), arg(16)
             with cgutils.for_range(builder, n_groups_v) as group_loop:
@@ -274,14 +273,15 @@ def _make_perm_dot3():
                     j = loop.index
                     c = builder.add(c_first_v, j)
                     base = builder.mul(j, plane_v)
-                    s = splat(load(c_ptr, c, i32, 4), vec)
+                    s = splat(builder, load(c_ptr, c, i32, 4), vec)
                     for r in range(3):
                         at = builder.add(base, wins[r])
                         lo = load(x_ptr, at, bytes64, 1)
                         hi = load(x_ptr, builder.add(at, ir.Constant(i64, 64)), bytes64, 1)
                         taps = builder.xor(builder.call(perm, [lo, idx[r], hi]), flip_v)
                         taps = builder.select(pad[r], za_v, taps)
-                        w = splat(load(w_ptr, builder.add(c, builder.mul(cp_v, ir.Constant(i64, r))), i32, 4), vec)
+                        w_at = builder.add(c, builder.mul(cp_v, ir.Constant(i64, r)))
+                        w = splat(builder, load(w_ptr, w_at, i32, 4), vec)
                         s = builder.call(dot, [s, builder.bitcast(taps, vec), w])
                     dst = builder.add(dst0, builder.mul(j, a_stride_v))
                     builder.store(s, builder.bitcast(builder.gep(a_ptr, [dst]), vec.as_pointer()), align=4)

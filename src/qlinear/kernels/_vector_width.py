@@ -19,16 +19,18 @@ from numba.extending import intrinsic
 _ATTRIBUTES = ('"prefer-vector-width"="512"', '"min-legal-vector-width"="512"')
 
 
-def _host_has_avx512f() -> bool:
+def host_has(feature: str) -> bool:
+    """Whether the CPU numba compiles for has ``feature`` (LLVM's name: "avx512f", "avx512vnni", ...); for
+    choices made while generating code."""
     import llvmlite.binding as ll
 
-    return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
+    return "+" + feature in ll.get_host_cpu_features().flatten().split(",")
 
 
 @intrinsic
 def use_512_bit_vectors(typingctx):
     def codegen(context, builder, signature, args):
-        if _host_has_avx512f():
+        if host_has("avx512f"):
             # llvmlite's attribute set accepts only a fixed list of keywords; string attributes go in as is
             for attribute in _ATTRIBUTES:
                 set.add(builder.function.attributes, attribute)
