@@ -865,13 +865,13 @@ if ig.HAVE_NUMBA:
                     n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
                     a0 = (job - blk * 16) * per_img
                     if n_x > 0:
-                        depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x, acc,
-                                            a0, per_img)
+                        depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x,
+                                            acc, a0, per_img)
                     if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
                         scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
                         scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
-                        depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c + n_x,
-                                            n_ch - n_x, acc, a0 + n_x * per_img, per_img)
+                        depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s,
+                                            c + n_x, n_ch - n_x, acc, a0 + n_x * per_img, per_img)
                     if mult_rs == 0:
                         ig._store_row(acc[a0:a0 + n_ch * per_img], n_ch * per_img, job * per_img, mc[0], mc, 0, 0, mode,
                                       yzp, qmin, qmax, out32, out8)
@@ -907,7 +907,6 @@ if ig.HAVE_NUMBA:
 
 # ----------------------------------------------------------------------------------------------- driver
 _GEOMETRY_NAMES = ("strides", "dilations", "pads_begin", "pads_end")
-_geometry_seen: dict = {}  # (raw values, n_spatial) -> parsed: repeated calls with the same geometry skip the parsing
 
 
 def _geometry(func, geometry, n_spatial):
@@ -915,25 +914,21 @@ def _geometry(func, geometry, n_spatial):
         raw = tuple(geometry[name] for name in _GEOMETRY_NAMES)
     else:
         raw = tuple(getattr(geometry, name) for name in _GEOMETRY_NAMES)
-    key = (raw, n_spatial)
     try:
-        parsed = _geometry_seen.get(key)
-    except TypeError:  # lists or arrays: not hashable, parsed every time
-        parsed, key = None, None
-    if parsed is not None:
-        return parsed
+        return _parse_geometry(func, raw, n_spatial)
+    except TypeError:  # lists or arrays are not hashable: parsed on every call (a parsing error is raised again)
+        return _parse_geometry.__wrapped__(func, raw, n_spatial)
+
+
+@functools.lru_cache(maxsize=256)  # repeated calls with the same geometry skip the parsing
+def _parse_geometry(func, raw, n_spatial):
     parsed = []
     for name, v in zip(_GEOMETRY_NAMES, raw):
         v = tuple(map(int, v))
         if len(v) != n_spatial:
             raise ValueError(f"{func}: geometry.{name} must have {n_spatial} entries, got {v}")
         parsed.append(v)
-    parsed = tuple(parsed)
-    if key is not None:
-        if len(_geometry_seen) > 256:
-            _geometry_seen.clear()
-        _geometry_seen[key] = parsed
-    return parsed
+    return tuple(parsed)
 
 
 @functools.lru_cache(maxsize=64)  # shared by every PackedConv: the op-level API packs weights on every call
