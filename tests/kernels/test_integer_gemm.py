@@ -339,3 +339,13 @@ def test_word_packer_matches_byte_packer(m, k, xor, need_sum):
     np.testing.assert_array_equal(got_p, want_p)
     if need_sum:
         np.testing.assert_array_equal(got_s, want_s)
+    # and both against the layout written out here: panel p, K step s, row r holds the 4 bytes a[8p + r, 4s:4s + 4]
+    # (^ xor) as a little-endian int32, 0 past the last row; row sums of the flipped bytes
+    npan, ks = -(-m // 8), k // 4
+    words = np.zeros((npan * 8, ks), np.int64)
+    flipped = (a ^ np.uint8(xor)).astype(np.int64)
+    words[:m] = sum(flipped[:, j::4] << (8 * j) for j in range(4))
+    layout = words.reshape(npan, 8, ks).transpose(0, 2, 1).reshape(-1)
+    np.testing.assert_array_equal(got_p, np.where(layout >= 2**31, layout - 2**32, layout).astype(np.int32))
+    if need_sum:
+        np.testing.assert_array_equal(got_s[:m], flipped.sum(axis=1).astype(np.int32))
