@@ -232,11 +232,14 @@ def test_conv_bad_arguments_raise_named_errors():
         im2col.conv(np.zeros((1, 2, 5, 5), U8), U8(0), packed, None, geo((1,), (1, 1), (0, 0), (0, 0)))
     # the same values as lists (not hashable: parsed on every call) and as tuples (parsed once), and a 1-D
     # geometry whose values were seen before for a 2-D call
-    x = np.random.default_rng(2).integers(0, 256, (1, 2, 5, 5)).astype(U8)
-    want = im2col.conv(x, U8(3), packed, None, g)
+    rng = np.random.default_rng(2)
+    x = rand(rng, (1, 2, 5, 5), U8)
+    wr = rand(rng, (4, 2, 3, 3), I8)
+    packed_r = im2col.prepack_conv(wr, np.int8(0))
+    want = direct_conv(x, 3, wr, 0, np.zeros(4, np.int32), 1, (1, 1), (1, 1), (0, 0), (0, 0))
     as_lists = dict(strides=[1, 1], dilations=[1, 1], pads_begin=[0, 0], pads_end=[0, 0])
-    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed, None, as_lists), want)
-    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed, None, g), want)
+    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed_r, None, as_lists), want)
+    np.testing.assert_array_equal(im2col.conv(x, U8(3), packed_r, None, g), want)
     packed_1d = im2col.prepack_conv(np.zeros((4, 2, 3), I8), np.int8(0))
     with pytest.raises(ValueError, match=r"conv: geometry.strides must have 1 entries"):
         im2col.conv(np.zeros((1, 2, 5), U8), U8(0), packed_1d, None, g)
