@@ -478,3 +478,27 @@ def test_depthwise_vnni_kernel_compiles_without_avx512(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pad_input_matches_numpy_pad(seed):
+    """_pad_input against np.pad: rows copied as 32-byte vectors that spill past the row (then overwritten),
+    the element path for planes whose vectors would leave x or xp (x and xp sized exactly, no slack), the int8
+    flip, and every pad from 0 to 3 on each side of D, H and W."""
+    rng = np.random.default_rng(seed)
+    for trial in range(150):
+        planes, d, h = (int(v) for v in rng.integers(1, 5, 3))
+        w = int(rng.choice([1, 7, 28, 31, 32, 33, 56, 70]))
+        pads = [int(v) for v in rng.integers(0, 4, 6)] if trial % 7 else [0] * 6
+        dp, hp, wp = d + pads[0] + pads[3], h + pads[1] + pads[4], w + pads[2] + pads[5]
+        x = rng.integers(0, 256, planes * d * h * w, dtype=np.uint8)
+        flip, zau = int(rng.choice([0, 0x80])), int(rng.integers(0, 256))
+        slack = int(rng.choice([0, 3, 256]))
+        expected = np.full(planes * dp * hp * wp + slack, zau, np.uint8)
+        expected[:planes * dp * hp * wp] = np.pad(x.reshape(planes, d, h, w) ^ np.uint8(flip),
+                                                  [(0, 0)] + list(zip(pads[:3], pads[3:])),
+                                                  constant_values=zau).reshape(-1)
+        xp = np.full(expected.size, 0x5A, np.uint8)  # not zau: every byte must be written
+        im2col._pad_input(x, np.uint8(flip), np.uint8(zau), xp, planes, d, h, w, dp, hp, wp, *pads[:3])
+        np.testing.assert_array_equal(xp, expected, err_msg=f"seed {seed} trial {trial}: {planes=} {d=} {h=} {w=} "
+                                                            f"{pads=} {flip=} {zau=} {slack=}")

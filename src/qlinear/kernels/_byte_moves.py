@@ -137,3 +137,26 @@ def copy_items(typingctx, dst, d, src, s, n):
 
     return sig, codegen
 
+
+
+@intrinsic
+def copy32_xor(typingctx, dst, d, src, s, flip):
+    """``dst[d + i] = src[s + i] ^ flip`` for i < 32 (uint8 arrays): one 32-byte load and store. The caller
+    makes sure both runs lie inside their arrays. numba's element loop for it costs ~8 ns (its alias checks
+    and loop set-up), the intrinsic ~1 ns."""
+    sig = types.void(dst, d, src, s, flip)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        v32 = ir.VectorType(ir.IntType(8), 32)
+        d_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+        s_ptr = context.make_array(sa[2])(context, builder, args[2]).data
+        d_at, s_at = (context.cast(builder, args[k], sa[k], types.int64) for k in (1, 3))
+        f = context.cast(builder, args[4], sa[4], types.uint8)
+        v = builder.load(builder.bitcast(builder.gep(s_ptr, [s_at]), v32.as_pointer()), align=1)
+        v = builder.xor(v, splat(builder, f, v32))
+        builder.store(v, builder.bitcast(builder.gep(d_ptr, [d_at]), v32.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
