@@ -255,48 +255,55 @@ if ig.HAVE_NUMBA:
         npan = n_img * pan_per_img
         packed = np.empty(npan * ks * nr, np.int32)
         colsum = np.zeros(npan * nr, np.int32)
-        kfull = k // g
-        xsize = xp.size
         for pan in prange(npan):
             use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-            n = pan // pan_per_img
-            src = n * img_stride + chan_off + (pan - n * pan_per_img) * nr
-            base = pan * ks * nr
-            for s in range(ks):
-                dst0 = base + s * nr
-                if s < kfull:
-                    # the reads of the last panel of the last image may run past xp: shorten that run (the
-                    # columns it drops are past the last output position, never stored)
-                    trip = min(nr, xsize - src - koff[s * g + g - 1])
-                    if g == 4:
-                        if trip == 32:
-                            pack_quad32(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
-                                        src + koff[4 * s + 2], src + koff[4 * s + 3])
-                        else:
-                            _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
-                                      src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
-                        if need_sum:
-                            _colsum_run(colsum, pan * nr, xp, src + koff[4 * s], src + koff[4 * s + 1],
-                                        src + koff[4 * s + 2], src + koff[4 * s + 3], trip)
-                    else:
-                        _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
-                        if need_sum:
-                            _colsum_run(colsum, pan * nr, xp, src + koff[2 * s], src + koff[2 * s + 1], -1, -1, trip)
-                else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
-                    shift = 32 // g
-                    for t in range(nr):
-                        v = np.uint32(0)
-                        tot = np.int32(0)
-                        for j in range(k - s * g):
-                            o = src + koff[s * g + j] + t
-                            if o < xsize:
-                                b = xp[o]
-                                v |= np.uint32(b) << np.uint32(shift * j)
-                                tot += np.int32(b)
-                        packed[dst0 + t] = np.int32(v)
-                        if need_sum:
-                            colsum[pan * nr + t] += tot
+            _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, chan_off, pan_per_img,
+                                need_sum)
         return packed, colsum
+
+    @njit(cache=True, inline="always")
+    def _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, chan_off, pan_per_img, need_sum):
+        """Panel pan of _pack_columns_virtual (its colsum lanes must start at 0)."""
+        ks = (k + g - 1) // g
+        kfull = k // g
+        xsize = xp.size
+        n = pan // pan_per_img
+        src = n * img_stride + chan_off + (pan - n * pan_per_img) * nr
+        base = pan * ks * nr
+        for s in range(ks):
+            dst0 = base + s * nr
+            if s < kfull:
+                # the reads of the last panel of the last image may run past xp: shorten that run (the
+                # columns it drops are past the last output position, never stored)
+                trip = min(nr, xsize - src - koff[s * g + g - 1])
+                if g == 4:
+                    if trip == 32:
+                        pack_quad32(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                    src + koff[4 * s + 2], src + koff[4 * s + 3])
+                    else:
+                        _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                  src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
+                    if need_sum:
+                        _colsum_run(colsum, pan * nr, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                    src + koff[4 * s + 2], src + koff[4 * s + 3], trip)
+                else:
+                    _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
+                    if need_sum:
+                        _colsum_run(colsum, pan * nr, xp, src + koff[2 * s], src + koff[2 * s + 1], -1, -1, trip)
+            else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+                shift = 32 // g
+                for t in range(nr):
+                    v = np.uint32(0)
+                    tot = np.int32(0)
+                    for j in range(k - s * g):
+                        o = src + koff[s * g + j] + t
+                        if o < xsize:
+                            b = xp[o]
+                            v |= np.uint32(b) << np.uint32(shift * j)
+                            tot += np.int32(b)
+                    packed[dst0 + t] = np.int32(v)
+                    if need_sum:
+                        colsum[pan * nr + t] += tot
 
     @njit(cache=True, parallel=True)
     def _pack_columns(xp, koff, k, g, nr, n_img, img_stride, chan_off, od_n, oh_n, ow_n,
@@ -305,103 +312,113 @@ if ig.HAVE_NUMBA:
 
         Column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input offset.
         """
-        per_img = od_n * oh_n * ow_n
-        q_total = n_img * per_img
+        q_total = n_img * od_n * oh_n * ow_n
         ks = (k + g - 1) // g
         npan = (q_total + nr - 1) // nr
         packed = np.empty(npan * ks * nr, np.int32)
         colsum = np.zeros(npan * nr, np.int32)
-        kfull = k // g
         for pan in prange(npan):
             use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-            seg_lane = np.empty(nr, np.int64)
-            seg_len = np.empty(nr, np.int64)
-            seg_src = np.empty(nr, np.int64)
-            nseg = 0
-            lane = 0
-            q = pan * nr
-            while lane < nr and q < q_total:
-                n = q // per_img
-                p = q - n * per_img
-                ow = p % ow_n
-                t = p // ow_n
-                oh = t % oh_n
-                od = t // oh_n
-                length = min(ow_n - ow, nr - lane, q_total - q)
-                seg_lane[nseg] = lane
-                seg_len[nseg] = length
-                seg_src[nseg] = n * img_stride + chan_off + od * sd * hpwp + oh * sh * wp + ow * sw
-                nseg += 1
-                lane += length
-                q += length
-            valid = lane
-            base = pan * ks * nr
-            for s in range(ks):
-                dst0 = base + s * nr
-                if s < kfull and g == 4:
-                    k0 = koff[4 * s]
-                    k1 = koff[4 * s + 1]
-                    k2 = koff[4 * s + 2]
-                    k3 = koff[4 * s + 3]
-                    for sg in range(nseg):
-                        src = seg_src[sg]
-                        d = dst0 + seg_lane[sg]
-                        ln = seg_len[sg]
-                        t0 = 0
-                        if sw <= 2:
-                            # a 32-lane group may run past the segment, even past this K step's lanes: the
-                            # lanes it overwrites are written again by later segments and K steps (or are
-                            # past the last column, never stored), so only the panel's end limits it. Short
-                            # segments (7-pixel rows of a 7x7 output) then take the vector intrinsic too
-                            # (3x3 512 @7 batch 8: packing 1.21 -> 0.57 ms)
-                            if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
-                                pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
-                            elif ln <= 32 and d + 32 <= base + ks * nr:
-                                pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
-                            else:
-                                trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
-                                _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
-                            t0 = ln
-                        if t0 < ln:
-                            _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln)
-                        if need_sum:
-                            _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, k2, k3, ln)
-                elif s < kfull and g == 2:
-                    k0 = koff[2 * s]
-                    k1 = koff[2 * s + 1]
-                    for sg in range(nseg):
-                        src = seg_src[sg]
-                        d = dst0 + seg_lane[sg]
-                        ln = seg_len[sg]
-                        t0 = 0
-                        if sw <= 2:
-                            trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
-                            _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
-                            t0 = ln
-                        if t0 < ln:
-                            _quad_strided(packed, d, xp, src, sw, k0, k1, -1, -1, t0, ln)
-                        if need_sum:
-                            _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, -1, -1, ln)
-                else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
-                    shift = 32 // g
-                    for sg in range(nseg):
-                        src = seg_src[sg]
-                        d = dst0 + seg_lane[sg]
-                        cs = pan * nr + seg_lane[sg]
-                        for t in range(seg_len[sg]):
-                            o = src + t * sw
-                            v = np.uint32(0)
-                            tot = np.int32(0)
-                            for j in range(k - s * g):
-                                b = xp[o + koff[s * g + j]]
-                                v |= np.uint32(b) << np.uint32(shift * j)
-                                tot += np.int32(b)
-                            packed[d + t] = np.int32(v)
-                            if need_sum:
-                                colsum[cs + t] += tot
-                for ln in range(valid, nr):
-                    packed[dst0 + ln] = 0
+            segs = np.empty((3, nr), np.int64)
+            _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, img_stride, chan_off,
+                                od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
         return packed, colsum
+
+    @njit(cache=True, inline="always")
+    def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, img_stride, chan_off,
+                            od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum):
+        """Panel pan of _pack_columns (its colsum lanes must start at 0; segs: (3, nr) int64 scratch)."""
+        per_img = od_n * oh_n * ow_n
+        q_total = n_img * per_img
+        ks = (k + g - 1) // g
+        kfull = k // g
+        seg_lane = segs[0]
+        seg_len = segs[1]
+        seg_src = segs[2]
+        nseg = 0
+        lane = 0
+        q = pan * nr
+        while lane < nr and q < q_total:
+            n = q // per_img
+            p = q - n * per_img
+            ow = p % ow_n
+            t = p // ow_n
+            oh = t % oh_n
+            od = t // oh_n
+            length = min(ow_n - ow, nr - lane, q_total - q)
+            seg_lane[nseg] = lane
+            seg_len[nseg] = length
+            seg_src[nseg] = n * img_stride + chan_off + od * sd * hpwp + oh * sh * wp + ow * sw
+            nseg += 1
+            lane += length
+            q += length
+        valid = lane
+        base = pan * ks * nr
+        for s in range(ks):
+            dst0 = base + s * nr
+            if s < kfull and g == 4:
+                k0 = koff[4 * s]
+                k1 = koff[4 * s + 1]
+                k2 = koff[4 * s + 2]
+                k3 = koff[4 * s + 3]
+                for sg in range(nseg):
+                    src = seg_src[sg]
+                    d = dst0 + seg_lane[sg]
+                    ln = seg_len[sg]
+                    t0 = 0
+                    if sw <= 2:
+                        # a 32-lane group may run past the segment, even past this K step's lanes: the
+                        # lanes it overwrites are written again by later segments and K steps (or are
+                        # past the last column, never stored), so only the panel's end limits it. Short
+                        # segments (7-pixel rows of a 7x7 output) then take the vector intrinsic too
+                        # (3x3 512 @7 batch 8: packing 1.21 -> 0.57 ms)
+                        if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                            pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                        elif ln <= 32 and d + 32 <= base + ks * nr:
+                            pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                        else:
+                            trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                            _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
+                        t0 = ln
+                    if t0 < ln:
+                        _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln)
+                    if need_sum:
+                        _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, k2, k3, ln)
+            elif s < kfull and g == 2:
+                k0 = koff[2 * s]
+                k1 = koff[2 * s + 1]
+                for sg in range(nseg):
+                    src = seg_src[sg]
+                    d = dst0 + seg_lane[sg]
+                    ln = seg_len[sg]
+                    t0 = 0
+                    if sw <= 2:
+                        trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                        _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
+                        t0 = ln
+                    if t0 < ln:
+                        _quad_strided(packed, d, xp, src, sw, k0, k1, -1, -1, t0, ln)
+                    if need_sum:
+                        _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, -1, -1, ln)
+            else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+                shift = 32 // g
+                for sg in range(nseg):
+                    src = seg_src[sg]
+                    d = dst0 + seg_lane[sg]
+                    cs = pan * nr + seg_lane[sg]
+                    for t in range(seg_len[sg]):
+                        o = src + t * sw
+                        v = np.uint32(0)
+                        tot = np.int32(0)
+                        for j in range(k - s * g):
+                            b = xp[o + koff[s * g + j]]
+                            v |= np.uint32(b) << np.uint32(shift * j)
+                            tot += np.int32(b)
+                        packed[d + t] = np.int32(v)
+                        if need_sum:
+                            colsum[cs + t] += tot
+            for ln in range(valid, nr):
+                packed[dst0 + ln] = 0
 
     @njit(cache=True, parallel=True)
     def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
