@@ -502,3 +502,35 @@ def test_pad_input_matches_numpy_pad(seed):
         im2col._pad_input(x, np.uint8(flip), np.uint8(zau), xp, planes, d, h, w, dp, hp, wp, *pads[:3])
         np.testing.assert_array_equal(xp, expected, err_msg=f"seed {seed} trial {trial}: {planes=} {d=} {h=} {w=} "
                                                             f"{pads=} {flip=} {zau=} {slack=}")
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("case", [
+    # (C, M, HW, kernel, stride, group, images): the stride-1 virtual packer, the strided one, the phase split
+    # (7x7/2); few column blocks with many weight rows (the GEMM blocks wait for panels packed by others) and
+    # many column blocks (a task packs and multiplies one block)
+    (64, 256, 14, 3, 2, 1, 1), (32, 64, 12, 3, 1, 1, 2), (3, 16, 30, 7, 2, 1, 1), (16, 96, 20, 3, 1, 2, 3),
+    (8, 40, 33, 1, 1, 1, 2),
+])
+def test_fused_pack_gemm_workers_match_direct_int64(monkeypatch, case, workers):
+    """The convolution's one parallel region (tasks claimed from a shared counter; see _drivers.CONV_TEMPLATE)
+    with 1-3 workers (more workers than threads: a thread runs several in turn), against the direct int64
+    convolution. Repeated, since a missed wait for a panel would show only in some runs."""
+    c_in, m_total, hw, k, s, group, n_img = case
+    rng = np.random.default_rng(sum(case) + workers)
+    monkeypatch.setattr(im2col.ig.threads, "get_num_threads", lambda: workers)
+    for xdt in (U8, I8):
+        x = rand(rng, (n_img, c_in, hw, hw), xdt)
+        w = rand(rng, (m_total, c_in // group, k, k), I8)
+        zw = rng.integers(-128, 128, m_total).astype(I8)
+        bias = rng.integers(-2**20, 2**20, m_total).astype(np.int32)
+        za = xdt(rng.integers(*lim(xdt)))
+        packed = im2col.prepack_conv(w, zw, group)
+        g = geo((s, s), (1, 1), (k // 2, k // 2), (k // 2, k // 2))
+        expected = direct_conv(x, za, w, zw, bias, group, (s, s), (1, 1), (k // 2, k // 2), (k // 2, k // 2))
+        for path in PATHS:
+            if path == "blas":
+                continue
+            for _ in range(3):
+                got = im2col.conv(x, za, packed, bias, g, None, path=path)
+                np.testing.assert_array_equal(got, expected, err_msg=f"{path} {xdt.__name__}")

@@ -245,25 +245,16 @@ if ig.HAVE_NUMBA:
                     for t in range(ow_n):
                         o[t] = xp[base + sw * t]
 
-    @njit(cache=True, parallel=True)
-    def _pack_columns_virtual(xp, koff, k, g, nr, n_img, img_stride, chan_off, pan_per_img, need_sum):
-        """im2col for stride-1 convolutions, over "virtual" columns: column l of an image is the output position
-        whose window starts at input offset l of the padded plane (l = od*Hp*Wp + oh*Wp + ow, ow < Wp), so
-        every K row of a panel is one contiguous run of the input and a panel is packed with one vector run
-        per K step. Columns with ow >= OW (or oh >= OH) are computed and never stored."""
-        ks = (k + g - 1) // g
-        npan = n_img * pan_per_img
-        packed = np.empty(npan * ks * nr, np.int32)
-        colsum = np.zeros(npan * nr, np.int32)
-        for pan in prange(npan):
-            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-            _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, chan_off, pan_per_img,
-                                need_sum)
-        return packed, colsum
-
     @njit(cache=True, inline="always")
     def _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, chan_off, pan_per_img, need_sum):
-        """Panel pan of _pack_columns_virtual (its colsum lanes must start at 0)."""
+        """Panel pan of the im2col for stride-1 convolutions, over "virtual" columns: column l of an image is the
+        output position whose window starts at input offset l of the padded plane (l = od*Hp*Wp + oh*Wp + ow,
+        ow < Wp), so every K row of a panel is one contiguous run of the input and a panel is packed with one
+        vector run per K step. Columns with ow >= OW (or oh >= OH) are computed and never stored. The panel's NR
+        columns (of image pan // pan_per_img) go to packed as [ksteps][NR] int32 groups of g bytes, their sums
+        to colsum[pan * NR:]."""
+        for t in range(nr):
+            colsum[pan * nr + t] = 0
         ks = (k + g - 1) // g
         kfull = k // g
         xsize = xp.size
@@ -305,29 +296,14 @@ if ig.HAVE_NUMBA:
                     if need_sum:
                         colsum[pan * nr + t] += tot
 
-    @njit(cache=True, parallel=True)
-    def _pack_columns(xp, koff, k, g, nr, n_img, img_stride, chan_off, od_n, oh_n, ow_n,
-                      sd, sh, sw, hpwp, wp, need_sum):
-        """im2col of the padded uint8 input straight into [ceil(Q/NR)][ksteps][NR] int32 groups (+ column sums).
-
-        Column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input offset.
-        """
-        q_total = n_img * od_n * oh_n * ow_n
-        ks = (k + g - 1) // g
-        npan = (q_total + nr - 1) // nr
-        packed = np.empty(npan * ks * nr, np.int32)
-        colsum = np.zeros(npan * nr, np.int32)
-        for pan in prange(npan):
-            use_512_bit_vectors()  # the loop bodies run in numba's parfor function
-            segs = np.empty((3, nr), np.int64)
-            _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, img_stride, chan_off,
-                                od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-        return packed, colsum
-
     @njit(cache=True, inline="always")
     def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, img_stride, chan_off,
                             od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum):
-        """Panel pan of _pack_columns (its colsum lanes must start at 0; segs: (3, nr) int64 scratch)."""
+        """Panel pan of the im2col of the padded uint8 input: [ksteps][NR] int32 groups of g bytes of columns
+        pan * NR... (column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input
+        offset), its column sums in colsum[pan * NR:]. segs: (3, NR) int64 scratch."""
+        for t in range(nr):
+            colsum[pan * nr + t] = 0
         per_img = od_n * oh_n * ow_n
         q_total = n_img * per_img
         ks = (k + g - 1) // g
@@ -703,9 +679,13 @@ if ig.HAVE_NUMBA:
 
     @njit(cache=True, inline="always")
     def _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp):
-        """Per channel (zero past C): start values bias - za * sum(w) and float64 multipliers."""
-        c0 = np.zeros(cp, np.int32)
-        mc = np.zeros(cp, np.float64)
+        """Per channel (zero past C): start values bias - za * sum(w) and float64 multipliers. (Filled in
+        loops: in a parallel kernel np.zeros would be a parallel region of its own, a fork and join more.)"""
+        c0 = np.empty(cp, np.int32)
+        mc = np.empty(cp, np.float64)
+        for c in range(cc, cp):
+            c0[c] = 0
+            mc[c] = 0.0
         for c in range(cc):
             c0[c] = np.int32(bias[c])
             mc[c] = mult[c * mult_rs]
@@ -755,8 +735,10 @@ if ig.HAVE_NUMBA:
         cp = (cc + 15) // 16 * 16
         per_img = oh_n * ow_n
         xt = np.empty(hp * wpd * cp, np.uint8)
-        wtp = np.zeros((9, cp), np.int32)
-        wtp[:, :cc] = wt
+        wtp = np.empty((9, cp), np.int32)  # wt, zero past C (in loops: see _dw_cl_constants)
+        for k in range(9):
+            for c in range(cp):
+                wtp[k, c] = wt[k, c] if c < cc else 0
         c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
         n_tiles = (per_img + 15) // 16
         for n in range(n_img):
@@ -1079,7 +1061,7 @@ class _Plan:
                                             np.arange(self.kern3[2]), indexing="ij")
         self.koff = (c_i * self.plane + kd_i * self.d3[0] * hp * wp + kh_i * self.d3[1] * wp
                      + kw_i * self.d3[2]).reshape(-1).astype(np.int64)
-        # stride 1 everywhere: virtual columns (see _pack_columns_virtual), unless they waste much GEMM work,
+        # stride 1 everywhere: virtual columns (see _pack_panel_virtual), unless they waste much GEMM work,
         # counted in whole panels of NR columns per image (a 7x7 output: 61 virtual columns, 49 real, 2 panels
         # either way)
         od_n, oh_n, ow_n = self.out3
@@ -1294,32 +1276,30 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
                          rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax, out32, out8, _FUSE_DW3X3)
         return out
 
-    nr, mr, g = plan.nr, plan.mr, plan.g
+    mr = plan.mr
     cg = packed.group_channels
     m_g = m_total // group
-    mb, nb = ig.block_sizes(m_g, plan.q_total, mr, nr, 0)
-    run = ig.tile_driver(path, bcast_unsigned=False)
+    mb, nb = ig.block_sizes(m_g, plan.q_total, mr, plan.nr, 0)
     if plan.phase:
         xph = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
         xph[n_img * plan.phase_img:] = 0
         ig.call_parallel(_phase_split, xflat, xph, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
                          s3[1], s3[2], plan.hs, out3[2])
+        src, img_stride, chan_stride = xph, plan.phase_img, cg * plan.chan
+    else:
+        src, img_stride, chan_stride = xflat, c_in * plan.plane, cg * plan.plane
+    # im2col and the GEMM in one parallel region (see _drivers.CONV_TEMPLATE), one per group
+    fused = ig.conv_driver(path)
+    n_workers = ig.threads.get_num_threads()
+    pan_per_img = plan.pan_per_img if (plan.phase or plan.virtual) else 0
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
-        if plan.phase:
-            q_x, colsum = ig.call_parallel(_pack_columns_virtual, xph, plan.koff, k_total, g, nr, n_img,
-                                           plan.phase_img, gi * cg * plan.chan, plan.pan_per_img, pw.any_zw)
-        elif plan.virtual:
-            q_x, colsum = ig.call_parallel(_pack_columns_virtual, xflat, plan.koff, k_total, g, nr, n_img,
-                                           c_in * plan.plane, gi * cg * plan.plane, plan.pan_per_img, pw.any_zw)
-        else:
-            q_x, colsum = ig.call_parallel(_pack_columns, xflat, plan.koff, k_total, g, nr, n_img,
-                                           c_in * plan.plane, gi * cg * plan.plane, out3[0], out3[1], out3[2],
-                                           s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw)
         rterm, mult = _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
-        ig.call_parallel(run, p_w, q_x, ks, m_g, plan.q_total, mb, nb, rterm, plan.zeros_c, plan.u1[gi], colsum,
-                         plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                         plan.row_off[gi], plan.col_off, out32, out8)
+        ig.call_parallel(fused, p_w, ks, m_g, plan.q_total, mb, nb, n_workers, src, plan.koff, k_total,
+                         plan.phase or plan.virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
+                         out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
+                         rterm, plan.zeros_c, plan.u1[gi], plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode,
+                         rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off, out32, out8)
     return out
 
 

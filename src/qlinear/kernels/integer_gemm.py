@@ -473,11 +473,13 @@ if HAVE_NUMBA:
         ks = (k + g - 1) // g
         npan = (m_total + mr - 1) // mr
         packed = np.empty(npan * ks * mr, np.int32)
-        rowsum = np.zeros(npan * mr, np.int32)
+        rowsum = np.empty(npan * mr, np.int32)  # zeroed per panel: np.zeros here would fork a region
         kfull = k // g
         shift = 8 if g == 4 else 16
         for pan in prange(npan):
             base = pan * ks * mr
+            for r in range(mr):
+                rowsum[pan * mr + r] = 0
             for r in range(mr):
                 m = pan * mr + r
                 if m >= m_total:
@@ -510,9 +512,11 @@ if HAVE_NUMBA:
         took 65 us for a 128 x 768 matrix."""
         m_total, ks = a32.shape
         packed = np.empty(npan * ks * mr, np.int32)
-        rowsum = np.zeros(npan * mr, np.int32)
+        rowsum = np.empty(npan * mr, np.int32)  # zeroed per panel: np.zeros here would fork a region
         for pan in prange(npan):
             base = pan * ks * mr
+            for r in range(mr):
+                rowsum[pan * mr + r] = 0
             rows = min(mr, m_total - pan * mr)
             dst = packed[base:base + ks * mr]
             if rows < mr:
@@ -531,18 +535,18 @@ if HAVE_NUMBA:
         return packed, rowsum
 
 
-_drivers: dict = {}
+def gemm_driver(path: str):
+    """The GEMM's parallel tile loop for ``path`` (qlinear.kernels._drivers; compiled lazily, cached on disk)."""
+    from qlinear.kernels._drivers import GEMM_DRIVERS
+
+    return GEMM_DRIVERS[path]
 
 
-def tile_driver(path: str, bcast_unsigned: bool):
-    """The parallel tile loop for ``path`` (qlinear.kernels._drivers; compiled lazily, cached on disk)."""
-    key = (path, bcast_unsigned)
-    fn = _drivers.get(key)
-    if fn is None:
-        from qlinear.kernels._drivers import DRIVERS
+def conv_driver(path: str):
+    """The convolution's fused im2col + GEMM region for ``path`` (qlinear.kernels._drivers)."""
+    from qlinear.kernels._drivers import CONV_DRIVERS
 
-        fn = _drivers[key] = DRIVERS[key]
-    return fn
+    return CONV_DRIVERS[path]
 
 
 def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
@@ -865,7 +869,7 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
     out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
     mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-    run = tile_driver(path, bcast_unsigned=True)
+    run = gemm_driver(path)
     call_parallel(run, p_a, q_w, ks, m_total, n_total, mb, nb, rterm, cterm, rowsum, v1, u2, v2,
                   rq.mult, rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off, col_off, out32, out8)
     return out
