@@ -534,3 +534,37 @@ def test_fused_pack_gemm_workers_match_direct_int64(monkeypatch, case, workers):
             for _ in range(3):
                 got = im2col.conv(x, za, packed, bias, g, None, path=path)
                 np.testing.assert_array_equal(got, expected, err_msg=f"{path} {xdt.__name__}")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pad_phases2_matches_numpy_slicing(seed):
+    """_pad_phases2 (the input of strided (2, 2) convolutions, padded into its four stride-2 phases) against the
+    padded input built with np.pad and sliced [rh::2, rw::2]: rows split by masked vector moves of up to 64 bytes
+    (widths around 64 and 128), odd and even left pads, the int8 flip, and the slack set to the zero point."""
+    rng = np.random.default_rng(seed)
+    for trial in range(200):
+        planes, h = int(rng.integers(1, 4)), int(rng.integers(1, 12))
+        w = int(rng.choice([1, 2, 3, 13, 14, 28, 31, 56, 63, 64, 65, 127, 130]))
+        pt, pl, pb, pr = (int(v) for v in rng.integers(0, 4, 4))
+        hq, wq = -(-(h + pt + pb) // 2), -(-(w + pl + pr) // 2)
+        x = rng.integers(0, 256, planes * h * w, dtype=np.uint8)
+        flip, zau, slack = int(rng.choice([0, 0x80])), int(rng.integers(0, 256)), int(rng.choice([0, 7]))
+        padded = np.pad(x.reshape(planes, h, w) ^ np.uint8(flip), [(0, 0), (pt, 2 * hq - h - pt), (pl, 2 * wq - w - pl)],
+                        constant_values=zau)
+        phases = np.stack([padded[:, rh::2, rw::2] for rh in range(2) for rw in range(2)], 1)
+        expected = np.concatenate([phases.reshape(-1), np.full(slack, zau, np.uint8)])
+        xp = np.full(expected.size, 0x5A, np.uint8)
+        im2col._pad_phases2(x, np.uint8(flip), np.uint8(zau), xp, planes, h, w, hq, wq, pt, pl)
+        np.testing.assert_array_equal(xp, expected, err_msg=f"seed {seed} trial {trial}: {planes=} {h=} {w=} "
+                                                            f"{pt=} {pl=} {pb=} {pr=} {flip=}")
+
+
+def test_polyphase_plan_only_where_all_four_phases_are_read():
+    """Strides (2, 2) with taps of both parities along H and W take the polyphase input; a 1x1/2 convolution
+    (one phase) and a 2x2/2 one with dilation 2 (even taps only) do not."""
+    for kernel, dil, poly in [((3, 3), (1, 1), True), ((7, 7), (1, 1), True), ((1, 1), (1, 1), False),
+                              ((2, 2), (2, 2), False), ((3, 1), (1, 1), False)]:
+        packed = im2col.prepack_conv(np.ones((8, 4) + kernel, I8), I8(0), 1)
+        pads = (kernel[0] // 2, kernel[1] // 2)
+        plan = im2col._Plan(packed, (1, 4, 56, 56), (2, 2), dil, pads, pads, ig.default_path())
+        assert plan.poly == poly, (kernel, dil)

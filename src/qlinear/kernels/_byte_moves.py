@@ -160,3 +160,49 @@ def copy32_xor(typingctx, dst, d, src, s, flip):
 
     return sig, codegen
 
+
+
+@intrinsic
+def split2_xor(typingctx, src, s, n, flip, dst, d_even, d_odd):
+    """The n <= 64 bytes ``src[s:s + n] ^ flip`` split by parity: ``dst[d_even + j] = src[s + 2j] ^ flip`` for
+    2j < n and ``dst[d_odd + j] = src[s + 2j + 1] ^ flip`` for 2j + 1 < n (uint8 arrays). Masked loads and stores
+    touch exactly those bytes (AVX-512BW: one vmovdqu8 each; elsewhere LLVM expands them), so rows of any width
+    can be split in place, in any order."""
+    sig = types.void(src, s, n, flip, dst, d_even, d_odd)
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        v64, v32 = ir.VectorType(i8, 64), ir.VectorType(i8, 32)
+        s_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+        d_ptr = context.make_array(sa[4])(context, builder, args[4]).data
+        s_at, count, de, do = (context.cast(builder, args[k], sa[k], types.int64) for k in (1, 2, 5, 6))
+        f = context.cast(builder, args[3], sa[3], types.uint8)
+
+        def mask(lanes, limit):  # lane < limit, as the bits (1 << limit) - 1 (a vector compare costs 8x more)
+            bits = ir.IntType(lanes)
+            lim = builder.trunc(limit, bits) if lanes < 64 else limit
+            low = builder.sub(builder.shl(ir.Constant(bits, 1), builder.select(
+                builder.icmp_signed(">=", limit, ir.Constant(i64, lanes)), ir.Constant(bits, 0), lim)), ir.Constant(bits, 1))
+            full = builder.icmp_signed(">=", limit, ir.Constant(i64, lanes))
+            return builder.bitcast(builder.select(full, ir.Constant(bits, -1), low), ir.VectorType(i1, lanes))
+
+        def masked(name, ret, argtys):
+            return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, argtys), name)
+
+        one = ir.Constant(i32, 1)
+        load = masked("llvm.masked.load.v64i8.p0", v64,
+                      [v64.as_pointer(), i32, ir.VectorType(i1, 64), v64])
+        v = builder.call(load, [builder.bitcast(builder.gep(s_ptr, [s_at]), v64.as_pointer()), one,
+                                mask(64, count), ir.Constant(v64, None)])
+        v = builder.xor(v, splat(builder, f, v64))
+        store = masked("llvm.masked.store.v32i8.p0", ir.VoidType(),
+                       [v32, v32.as_pointer(), i32, ir.VectorType(i1, 32)])
+        for parity, at in ((0, de), (1, do)):
+            half = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, 32), [2 * j + parity for j in range(32)]))
+            lanes = builder.ashr(builder.add(count, ir.Constant(i64, 1 - parity)), ir.Constant(i64, 1))
+            builder.call(store, [half, builder.bitcast(builder.gep(d_ptr, [at]), v32.as_pointer()), one,
+                                 mask(32, lanes)])
+        return context.get_dummy_value()
+
+    return sig, codegen

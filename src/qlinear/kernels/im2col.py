@@ -32,7 +32,7 @@ from qlinear.kernels import integer_gemm as ig
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._byte_moves import copy32_xor, transpose16, transpose32, zip4x16
+    from qlinear.kernels._byte_moves import copy32_xor, split2_xor, transpose16, transpose32, zip4x16
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
                                               pack_quad32, pack_quad32_stride2)
     from qlinear.kernels._vector_width import use_512_bit_vectors
@@ -889,6 +889,28 @@ if ig.HAVE_NUMBA:
             run[i] = value
 
     @njit(cache=True, nogil=True)
+    def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
+        """The four stride-2 phases of the zero-point-padded input, for convolutions with strides (2, 2): for each
+        plane of x (planes x h x w, uint8 bits, ^ flip) and each phase p = 2 * rh + rw, the hq x wq plane
+        xp[((plane * 4 + p) * hq + i) * wq + j] = padded[2i + rh, 2j + rw], where padded is x with pt rows and
+        pl columns of zau before it and zau past its end; the slack past the planes is set to zau. A tap of the
+        strided convolution then reads one phase at stride 1, so it packs like a stride-1 convolution (virtual
+        columns of pitch wq). Each input row is split by column parity with masked vector moves (split2_xor)."""
+        # every byte zau first (one memset: the pads cut each phase row into short runs, ~5 ns a run to fill),
+        # then x's rows split into place
+        _fill(xp, 0, xp.size, zau)
+        for pln in range(planes):
+            for rh in range(2):
+                # x's even columns land in column phase pl % 2 from column pl // 2 on, its odd ones in the other
+                pe = (pln * 4 + 2 * rh + pl % 2) * hq * wq + pl // 2
+                po = (pln * 4 + 2 * rh + (pl + 1) % 2) * hq * wq + (pl + 1) // 2
+                # phase rows i whose padded row 2i + rh lies in x
+                for i in range((pt - rh + 1) // 2, min(hq, (pt + h - rh + 1) // 2)):
+                    src = (pln * h + 2 * i + rh - pt) * w
+                    for c in range(0, w, 64):
+                        split2_xor(x, src + c, min(64, w - c), flip, xp, pe + i * wq + c // 2, po + i * wq + c // 2)
+
+    @njit(cache=True, nogil=True)
     def _pad_rows(x, s0, flip, xp, o0, h, w, wp, right, zau):
         """_pad_input's element-by-element path for a plane whose vector runs would leave x or xp: h rows of w
         bytes from x[s0:] to xp[o0:] at pitch wp, each followed by zau up to the next row (the last by its right
@@ -1077,10 +1099,39 @@ class _Plan:
             valid = (loc < span) & (oh < oh_n) & (ow < ow_n)
             self.col_off = np.where(valid, img * (packed.out_channels * self.positions)
                                     + (od * oh_n + oh) * ow_n + ow, -1)
+        # strides (2, 2) in 2-D with taps in all four (row, column) parities (3x3/2, the 7x7/2 stem): the input
+        # padded straight into its four stride-2 phases (_pad_phases2), then virtual columns of pitch wq over a
+        # phase plane, as at stride 1. The strided packer spent ~15 us per panel of 32 columns at K = 2304 on
+        # 14-pixel rows (3x3 256/2 @28 batch 1, 1 thread: 517 -> 448 us; the stem: equal)
+        self.poly = False
+        if (_USE_POLYPHASE and not self.virtual and dp == 1 and self.kern3[0] == 1 and self.s3 == (1, 2, 2)
+                and {(kh * self.d3[1]) % 2 for kh in range(self.kern3[1])} == {0, 1}
+                and {(kw * self.d3[2]) % 2 for kw in range(self.kern3[2])} == {0, 1}):
+            hq, wq = -(-hp // 2), -(-wp // 2)
+            span = (oh_n - 1) * wq + ow_n
+            self.poly = n_img * -(-span // nr) <= _VIRTUAL_MAX_PANELS * panels_real
+        if self.poly:
+            self.hq, self.wq = hq, wq
+            self.chan = 4 * hq * wq
+            self.poly_img = c_in * self.chan
+            dh, dw = self.d3[1], self.d3[2]
+            c_i, kh_i, kw_i = np.meshgrid(np.arange(cg), np.arange(self.kern3[1]), np.arange(self.kern3[2]),
+                                          indexing="ij")
+            self.koff = ((c_i * 4 + 2 * ((kh_i * dh) % 2) + (kw_i * dw) % 2) * hq * wq + ((kh_i * dh) // 2) * wq
+                         + (kw_i * dw) // 2).reshape(-1).astype(np.int64)
+            self.pan_per_img = -(-span // nr)
+            per_img = self.pan_per_img * nr
+            self.q_total = n_img * per_img
+            self.npn = n_img * self.pan_per_img
+            q_idx = np.arange(self.npn * nr, dtype=np.int64)
+            img, loc = q_idx // per_img, q_idx % per_img
+            oh, ow = loc // wq, loc % wq
+            self.col_off = np.where((loc < span) & (oh < oh_n) & (ow < ow_n),
+                                    img * (packed.out_channels * self.positions) + oh * ow_n + ow, -1)
         # strided 1-D/2-D convolutions with large kernels (the 7x7/2 stem): phase-split input (see
         # _phase_split), then virtual columns. It pays when the split copy is much smaller than im2col
         # (measured: 10% faster on the stem, 5-10% slower on 3x3/2 and 1x1/2, where the ratio is 0.7 / 1).
-        self.phase = _USE_PHASES and not self.virtual and dp == 1 and self.kern3[0] == 1
+        self.phase = _USE_PHASES and not self.virtual and not self.poly and dp == 1 and self.kern3[0] == 1
         if self.phase:
             n_ph = len({(kh * self.d3[1]) % self.s3[1] for kh in range(self.kern3[1])})
             hs = oh_n + ((self.kern3[1] - 1) * self.d3[1]) // self.s3[1]
@@ -1111,7 +1162,7 @@ class _Plan:
             img, loc = q_idx // per_img, q_idx % per_img
             if self.phase:
                 self.col_off = np.where(loc < self.positions, img * (packed.out_channels * self.positions) + loc, -1)
-        if not (self.virtual or self.phase):
+        if not (self.virtual or self.phase or self.poly):
             self.q_total = n_img * self.positions
             self.npn = -(-self.q_total // nr)
             q_idx = np.arange(self.npn * nr, dtype=np.int64)
@@ -1255,7 +1306,11 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
     # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
     size = math.prod(plan.xp_shape)
-    if (not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and not flip
+    if getattr(plan, "poly", False):
+        xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
+        _pad_phases2(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.uint8(flip), np.uint8(zau), xflat,
+                     n_img * c_in, x.shape[2], x.shape[3], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
+    elif (not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and not flip
             and x.flags.c_contiguous):
         xflat = x.reshape(-1)
     else:
@@ -1286,17 +1341,20 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         ig.call_parallel(_phase_split, xflat, xph, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
                          s3[1], s3[2], plan.hs, out3[2])
         src, img_stride, chan_stride = xph, plan.phase_img, cg * plan.chan
+    elif plan.poly:
+        src, img_stride, chan_stride = xflat, plan.poly_img, cg * plan.chan
     else:
         src, img_stride, chan_stride = xflat, c_in * plan.plane, cg * plan.plane
     # im2col and the GEMM in one parallel region (see _drivers.CONV_TEMPLATE), one per group
     fused = ig.conv_driver(path)
     n_workers = ig.threads.get_num_threads()
-    pan_per_img = plan.pan_per_img if (plan.phase or plan.virtual) else 0
+    virtual = plan.phase or plan.virtual or plan.poly
+    pan_per_img = plan.pan_per_img if virtual else 0
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
         rterm, mult = _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
         ig.call_parallel(fused, p_w, ks, m_g, plan.q_total, mb, nb, n_workers, src, plan.koff, k_total,
-                         plan.phase or plan.virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
+                         virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
                          out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
                          rterm, plan.zeros_c, plan.u1[gi], plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode,
                          rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off, out32, out8)
@@ -1312,6 +1370,7 @@ def _direct_operands(x, za, out_shape, y_dtype):
 
 
 _USE_PHASES = True
+_USE_POLYPHASE = True
 # virtual columns are taken while they fill at most this many times the panels of the real ones. Measured with
 # the vector packers (1 thread): batch-8 layers at 28x28 (25 panels per image for 24.5) and 3x3 at 14x14
 # (56 panels for 49) are 10-30% faster virtual, 7x7 batch 8 (16 for 13) 12-19% slower
