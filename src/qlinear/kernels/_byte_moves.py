@@ -138,7 +138,6 @@ def copy_items(typingctx, dst, d, src, s, n):
     return sig, codegen
 
 
-
 @intrinsic
 def copy32_xor(typingctx, dst, d, src, s, flip):
     """``dst[d + i] = src[s + i] ^ flip`` for i < 32 (uint8 arrays): one 32-byte load and store. The caller
@@ -161,7 +160,6 @@ def copy32_xor(typingctx, dst, d, src, s, flip):
     return sig, codegen
 
 
-
 @intrinsic
 def split2_xor(typingctx, src, s, n, flip, dst, d_even, d_odd):
     """The n <= 64 bytes ``src[s:s + n] ^ flip`` split by parity: ``dst[d_even + j] = src[s + 2j] ^ flip`` for
@@ -181,10 +179,9 @@ def split2_xor(typingctx, src, s, n, flip, dst, d_even, d_odd):
 
         def mask(lanes, limit):  # lane < limit, as the bits (1 << limit) - 1 (a vector compare costs 8x more)
             bits = ir.IntType(lanes)
-            lim = builder.trunc(limit, bits) if lanes < 64 else limit
-            low = builder.sub(builder.shl(ir.Constant(bits, 1), builder.select(
-                builder.icmp_signed(">=", limit, ir.Constant(i64, lanes)), ir.Constant(bits, 0), lim)), ir.Constant(bits, 1))
             full = builder.icmp_signed(">=", limit, ir.Constant(i64, lanes))
+            shift = builder.select(full, ir.Constant(bits, 0), builder.trunc(limit, bits) if lanes < 64 else limit)
+            low = builder.sub(builder.shl(ir.Constant(bits, 1), shift), ir.Constant(bits, 1))
             return builder.bitcast(builder.select(full, ir.Constant(bits, -1), low), ir.VectorType(i1, lanes))
 
         def masked(name, ret, argtys):
