@@ -216,6 +216,28 @@ def test_thread_count_does_not_change_bits():
         np.testing.assert_array_equal(r, oracle(a, 9, w, 0))
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("m, k, n", [(200, 68, 40), (64, 256, 768), (37, 30, 100), (9, 1024, 520)])
+def test_gemm_region_workers_match_int64(monkeypatch, path, workers, m, k, n):
+    """The GEMM's one parallel region (activation panels packed by its own tasks, claimed from a shared counter;
+    see _drivers.GEMM_TEMPLATE) with 1-3 workers (more workers than threads: a thread runs several in turn):
+    many row blocks (a task packs and multiplies one) and few (the GEMM blocks wait for panels packed by
+    others), K a multiple of 4 (word packer) or not, int8 activations, zero points, bias. Repeated, since a
+    missed wait for a panel would show only in some runs."""
+    if path == "blas":
+        pytest.skip("numba paths only")
+    monkeypatch.setattr(ig.threads, "get_num_threads", lambda: workers)
+    rng = np.random.default_rng(m + k + n + workers)
+    for adt in (U8, I8):
+        a, w = rand(rng, (m, k), adt), rand(rng, (k, n), I8)
+        za, zw = adt(rng.integers(*lim(adt))), rng.integers(-128, 128, n).astype(I8)
+        bias = rng.integers(-2**20, 2**20, n).astype(np.int32)
+        pw = ig.pack_weights(w, zw)
+        expected = oracle(a, za, w, zw, bias)
+        for _ in range(3):
+            np.testing.assert_array_equal(ig.gemm(a, za, pw, bias, path=path), expected, err_msg=adt.__name__)
+
+
 def test_force_path_context_and_errors():
     with ig.force_path("blas"):
         assert ig.current_path() == "blas"
@@ -247,7 +269,7 @@ def test_import_compiles_nothing_and_fallback_without_numba():
     code = (
         "import sys\n"
         "import qlinear.kernels.integer_gemm as ig, qlinear.kernels.im2col as ic\n"
-        "assert not ig._pack_rows.signatures and not ic._pad_input.signatures and 'qlinear.kernels._drivers' not in sys.modules\n"
+        "assert not ic._pad_input.signatures and 'qlinear.kernels._drivers' not in sys.modules\n"
         "assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -324,6 +346,23 @@ def test_fused_float64_form_equals_two_roundings(ydt, yzp):
             np.testing.assert_array_equal(got[3], want.reshape(-1))
 
 
+if ig.HAVE_NUMBA:
+    from numba import njit
+
+    @njit
+    def pack_row_panels(a, xor, a32, xorword, words, rowsum_bytes, need_sum):
+        """Every row panel (MR = 8, groups of 4 bytes) of the GEMM's activation packers, byte or word form."""
+        npan, ks = -(-a.shape[0] // 8), -(-a.shape[1] // 4)
+        packed = np.empty(npan * ks * 8, np.int32)
+        rowsum = np.empty(npan * 8, np.int32)
+        for pan in range(npan):
+            if words:
+                ig._pack_row_panel_words(packed, rowsum, pan, a32, xorword, 8, need_sum, rowsum_bytes)
+            else:
+                ig._pack_row_panel(packed, rowsum, pan, a, xor, 4, 8, need_sum)
+        return packed, rowsum
+
+
 @pytest.mark.skipif(not ig.HAVE_NUMBA, reason="numba kernels only")
 @pytest.mark.parametrize("m", [1, 7, 8, 17])
 @pytest.mark.parametrize("k", [4, 12, 64])
@@ -332,10 +371,10 @@ def test_fused_float64_form_equals_two_roundings(ydt, yzp):
 def test_word_packer_matches_byte_packer(m, k, xor, need_sum):
     # the activation packer for groups of 4 bytes reads each group as one 32-bit word: same panels and row sums
     a = np.random.default_rng(m * 100 + k).integers(0, 256, (m, k)).astype(np.uint8)
-    want_p, want_s = ig._pack_rows(a, np.uint8(xor), 4, 8, need_sum)
+    want_p, want_s = pack_row_panels(a, np.uint8(xor), np.empty((0, 0), np.int32), 0, False, a, need_sum)
     ub = a ^ np.uint8(xor)
-    got_p, got_s = ig._pack_rows_words(a.view(np.int32), np.int32(-0x7F7F7F80 if xor else 0), 8, -(-m // 8),
-                                       need_sum, ub)
+    got_p, got_s = pack_row_panels(a, np.uint8(0), a.view(np.int32), np.int32(-0x7F7F7F80 if xor else 0), True, ub,
+                                   need_sum)
     np.testing.assert_array_equal(got_p, want_p)
     if need_sum:
         np.testing.assert_array_equal(got_s, want_s)

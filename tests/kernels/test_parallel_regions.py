@@ -57,6 +57,7 @@ def test_each_parallel_kernel_forks_once(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     # the kernels a convolution and a GEMM use on this CPU's path were all compiled
-    assert {"_pack_rows_words", "_phase_split", f"conv_tiles_{ig.default_path()}_s"} <= set(counts), counts
+    path = ig.default_path()
+    assert {"_phase_split", f"conv_tiles_{path}_s", f"gemm_tiles_{path}_u"} <= set(counts), counts
     for name, n in counts.items():
         assert n == (2 if name in TWO_PHASES else 1), f"{name}: {n} parallel regions per call"

@@ -466,77 +466,73 @@ if HAVE_NUMBA:
                     for c in range(c1 - c0):
                         o8[c] = q8[c]
 
-    @njit(cache=True, parallel=True)
-    def _pack_rows(a, xor, g, mr, need_sum):
-        """Broadcast-side packing of a (M, K) uint8 matrix: [ceil(M/MR)][ksteps][MR] int32 groups + row sums."""
+    @njit(cache=True, inline="always")
+    def _pack_row_panel(packed, rowsum, pan, a, xor, g, mr, need_sum):
+        """Broadcast-side packing of a (M, K) uint8 matrix, panel pan: rows pan * MR... as [ksteps][MR] int32
+        groups of g bytes (^ xor each), rows past M zero; their sums to rowsum[pan * MR:]."""
         m_total, k = a.shape
         ks = (k + g - 1) // g
-        npan = (m_total + mr - 1) // mr
-        packed = np.empty(npan * ks * mr, np.int32)
-        rowsum = np.empty(npan * mr, np.int32)  # zeroed per panel: np.zeros here would fork a region
         kfull = k // g
         shift = 8 if g == 4 else 16
-        for pan in prange(npan):
-            base = pan * ks * mr
-            for r in range(mr):
-                rowsum[pan * mr + r] = 0
-            for r in range(mr):
-                m = pan * mr + r
-                if m >= m_total:
-                    for s in range(ks):
-                        packed[base + s * mr + r] = 0
-                    continue
-                row = a[m]
-                for s in range(kfull):
-                    v = np.int64(0)
-                    for j in range(g):
-                        v |= np.int64(row[s * g + j] ^ xor) << (shift * j)
-                    packed[base + s * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
-                if kfull < ks:
-                    v = np.int64(0)
-                    for j in range(k - kfull * g):
-                        v |= np.int64(row[kfull * g + j] ^ xor) << (shift * j)
-                    packed[base + kfull * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
-                if need_sum:
-                    t = np.int64(0)
-                    for kk in range(k):
-                        t += np.int64(row[kk] ^ xor)
-                    rowsum[m] = np.int32(t)
-        return packed, rowsum
-
-
-    @njit(cache=True, parallel=True)
-    def _pack_rows_words(a32, xorword, mr, npan, need_sum, rowsum_bytes):
-        """_pack_rows for groups of 4 bytes and K a multiple of 4: a group is a 32-bit word of the row (little-
-        endian bytes, ^ 0x80 each for int8), so each panel is a transpose of MR rows of words. The byte loops
-        took 65 us for a 128 x 768 matrix."""
-        m_total, ks = a32.shape
-        packed = np.empty(npan * ks * mr, np.int32)
-        rowsum = np.empty(npan * mr, np.int32)  # zeroed per panel: np.zeros here would fork a region
-        for pan in prange(npan):
-            base = pan * ks * mr
-            for r in range(mr):
-                rowsum[pan * mr + r] = 0
-            rows = min(mr, m_total - pan * mr)
-            dst = packed[base:base + ks * mr]
-            if rows < mr:
-                dst[:] = 0
-            for r in range(rows):
-                src = a32[pan * mr + r]
+        base = pan * ks * mr
+        for r in range(mr):
+            rowsum[pan * mr + r] = 0
+        for r in range(mr):
+            m = pan * mr + r
+            if m >= m_total:
                 for s in range(ks):
-                    dst[s * mr + r] = src[s] ^ xorword
+                    packed[base + s * mr + r] = 0
+                continue
+            row = a[m]
+            for s in range(kfull):
+                v = np.int64(0)
+                for j in range(g):
+                    v |= np.int64(row[s * g + j] ^ xor) << (shift * j)
+                packed[base + s * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
+            if kfull < ks:
+                v = np.int64(0)
+                for j in range(k - kfull * g):
+                    v |= np.int64(row[kfull * g + j] ^ xor) << (shift * j)
+                packed[base + kfull * mr + r] = np.int32(v if v < 2**31 else v - 2**32)
             if need_sum:
-                for r in range(rows):
-                    row = rowsum_bytes[pan * mr + r]
-                    t = np.int32(0)
-                    for kk in range(row.size):
-                        t += np.int32(row[kk])
-                    rowsum[pan * mr + r] = t
-        return packed, rowsum
+                t = np.int64(0)
+                for kk in range(k):
+                    t += np.int64(row[kk] ^ xor)
+                rowsum[m] = np.int32(t)
+
+    @njit(cache=True, inline="always")
+    def _pack_row_panel_words(packed, rowsum, pan, a32, xorword, mr, need_sum, rowsum_bytes):
+        """_pack_row_panel for groups of 4 bytes and K a multiple of 4: a group is a 32-bit word of the row
+        (little-endian bytes, ^ 0x80 each for int8), so a panel is a transpose of MR rows of words (the byte
+        loops took 65 us for a 128 x 768 matrix). Row sums from rowsum_bytes (the rows as unsigned bytes)."""
+        m_total, ks = a32.shape
+        base = pan * ks * mr
+        for r in range(mr):
+            rowsum[pan * mr + r] = 0
+        rows = min(mr, m_total - pan * mr)
+        dst = packed[base:base + ks * mr]
+        if rows < mr:
+            for i in range(ks * mr):
+                dst[i] = 0
+        for r in range(rows):
+            src = a32[pan * mr + r]
+            for s in range(ks):
+                dst[s * mr + r] = src[s] ^ xorword
+        if need_sum:
+            for r in range(rows):
+                row = rowsum_bytes[pan * mr + r]
+                t = np.int32(0)
+                for kk in range(row.size):
+                    t += np.int32(row[kk])
+                rowsum[pan * mr + r] = t
+
+
+_EMPTY_WORDS = np.empty((0, 0), np.int32)
 
 
 def gemm_driver(path: str):
-    """The GEMM's parallel tile loop for ``path`` (qlinear.kernels._drivers; compiled lazily, cached on disk)."""
+    """The GEMM's parallel region (activation packing and tiles) for ``path`` (qlinear.kernels._drivers; compiled
+    lazily, cached on disk)."""
     from qlinear.kernels._drivers import GEMM_DRIVERS
 
     return GEMM_DRIVERS[path]
@@ -830,13 +826,11 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     au = np.ascontiguousarray(au)
     q_w, ks = packed.packed(path)
     need_rowsum = packed.any_zw
-    if g == 4 and au.shape[1] % 4 == 0 and au.shape[1]:
-        # rows as 32-bit words; the row sums from the unsigned bytes (the int8 flip applied first)
-        ub = au ^ np.uint8(xor) if (xor and need_rowsum) else au
-        p_a, rowsum = call_parallel(_pack_rows_words, au.view(np.int32), np.int32(-0x7F7F7F80 if xor else 0), mr,
-                                    -(-au.shape[0] // mr), need_rowsum, ub)
-    else:
-        p_a, rowsum = call_parallel(_pack_rows, au, np.uint8(xor), g, mr, need_rowsum)
+    # the activations are packed by the GEMM's own tasks (_drivers.GEMM_TEMPLATE): as 32-bit words when groups of
+    # 4 bytes fill K (the row sums then from the unsigned bytes, the int8 flip applied first), else byte by byte
+    words = g == 4 and au.shape[1] % 4 == 0 and au.shape[1] > 0
+    a32 = au.view(np.int32) if words else _EMPTY_WORDS
+    ub = au ^ np.uint8(xor) if (words and xor and need_rowsum) else au
     mp = -(-m_total // mr)
     npn = -(-n_total // nr)
     # corrections: C = acc - zw[j]*rowsum[i] - zau[i]*colsum[j] + K*zau[i]*zw[j] + bias[j]
@@ -869,7 +863,7 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
     out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
     mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-    run = gemm_driver(path)
-    call_parallel(run, p_a, q_w, ks, m_total, n_total, mb, nb, rterm, cterm, rowsum, v1, u2, v2,
+    call_parallel(gemm_driver(path), au, np.uint8(xor), a32, np.int32(-0x7F7F7F80 if xor else 0), words, ub,
+                  need_rowsum, q_w, ks, m_total, n_total, mb, nb, threads.get_num_threads(), rterm, cterm, v1, u2, v2,
                   rq.mult, rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off, col_off, out32, out8)
     return out
