@@ -216,16 +216,15 @@ def test_thread_count_does_not_change_bits():
         np.testing.assert_array_equal(r, oracle(a, 9, w, 0))
 
 
+@pytest.mark.parametrize("path_name", [p for p in PATHS if p != "blas"])
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("m, k, n", [(200, 68, 40), (64, 256, 768), (37, 30, 100), (9, 1024, 520)])
-def test_gemm_region_workers_match_int64(monkeypatch, path, workers, m, k, n):
+def test_gemm_region_workers_match_int64(monkeypatch, path_name, workers, m, k, n):
     """The GEMM's one parallel region (activation panels packed by its own tasks, claimed from a shared counter;
     see _drivers.GEMM_TEMPLATE) with 1-3 workers (more workers than threads: a thread runs several in turn):
     many row blocks (a task packs and multiplies one) and few (the GEMM blocks wait for panels packed by
     others), K a multiple of 4 (word packer) or not, int8 activations, zero points, bias. Repeated, since a
     missed wait for a panel would show only in some runs."""
-    if path == "blas":
-        pytest.skip("numba paths only")
     monkeypatch.setattr(ig.threads, "get_num_threads", lambda: workers)
     rng = np.random.default_rng(m + k + n + workers)
     for adt in (U8, I8):
@@ -235,7 +234,7 @@ def test_gemm_region_workers_match_int64(monkeypatch, path, workers, m, k, n):
         pw = ig.pack_weights(w, zw)
         expected = oracle(a, za, w, zw, bias)
         for _ in range(3):
-            np.testing.assert_array_equal(ig.gemm(a, za, pw, bias, path=path), expected, err_msg=adt.__name__)
+            np.testing.assert_array_equal(ig.gemm(a, za, pw, bias, path=path_name), expected, err_msg=adt.__name__)
 
 
 def test_force_path_context_and_errors():
