@@ -568,3 +568,21 @@ def test_polyphase_plan_only_where_all_four_phases_are_read():
         pads = (kernel[0] // 2, kernel[1] // 2)
         plan = im2col._Plan(packed, (1, 4, 56, 56), (2, 2), dil, pads, pads, ig.default_path())
         assert plan.poly == poly, (kernel, dil)
+
+
+@pytest.mark.parametrize("kernel, pads_begin, pads_end", [((1, 3, 3), (0, 1, 1), (0, 1, 1)),
+                                                          ((1, 2, 2), (0, 0, 0), (0, 1, 0))])
+def test_polyphase_input_of_a_3d_convolution_with_depth_1(kernel, pads_begin, pads_end):
+    """A 3-D convolution over a depth-1 input with strides (1, 2, 2) takes the polyphase input too: its planes
+    are H x W, not D x H (found by hypothesis against onnxruntime: the split read rows of the wrong width)."""
+    rng = np.random.default_rng(5)
+    took_polyphase = 0
+    for shape in [(2, 3, 1, 9, 11), (1, 1, 1, 1, 2), (1, 4, 1, 6, 70), (1, 2, 1, 30, 30)]:
+        x, w = rand(rng, shape, U8), rand(rng, (5, shape[1]) + kernel, I8)
+        packed = im2col.prepack_conv(w, I8(3), 1)
+        g = geo((1, 2, 2), (1, 1, 1), pads_begin, pads_end)
+        got = im2col.conv(x, U8(77), packed, None, g, None)
+        took_polyphase += any(plan.poly for plan in packed.plans.values())
+        expected = direct_conv(x, 77, w, 3, None, 1, (1, 2, 2), (1, 1, 1), pads_begin, pads_end)
+        np.testing.assert_array_equal(got, expected, err_msg=str(shape))
+    assert took_polyphase >= 2

@@ -1309,7 +1309,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     if getattr(plan, "poly", False):
         xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
         _pad_phases2(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.uint8(flip), np.uint8(zau), xflat,
-                     n_img * c_in, x.shape[2], x.shape[3], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
+                     n_img * c_in, plan.x3_shape[3], plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
     elif (not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and not flip
             and x.flags.c_contiguous):
         xflat = x.reshape(-1)
