@@ -1044,6 +1044,22 @@ class _Plan:
                                             self.s3[1], self.s3[2], self.d3[1], self.d3[2], self.pb3[1], self.pb3[2])
         return self._dw_perm
 
+    def _virtual_columns(self, n_img, nr, span, plane_pitch, row_pitch, out_channels):
+        """GEMM columns over "virtual" positions: column l < span of an image (padded to whole panels of NR) is
+        the output (od, oh, ow) = (l // plane_pitch, l % plane_pitch // row_pitch, l % row_pitch) when that lies
+        in the output; the others are computed and never stored (col_off -1)."""
+        oh_n, ow_n = self.out3[1:]
+        self.pan_per_img = -(-span // nr)
+        per_img = self.pan_per_img * nr
+        self.q_total = n_img * per_img
+        self.npn = n_img * self.pan_per_img
+        q_idx = np.arange(self.npn * nr, dtype=np.int64)
+        img, loc = q_idx // per_img, q_idx % per_img
+        od, rem = loc // plane_pitch, loc % plane_pitch
+        oh, ow = rem // row_pitch, rem % row_pitch
+        valid = (loc < span) & (oh < oh_n) & (ow < ow_n)
+        self.col_off = np.where(valid, img * (out_channels * self.positions) + (od * oh_n + oh) * ow_n + ow, -1)
+
     def __init__(self, packed: PackedConv, x_shape, strides, dilations, pads_begin, pads_end, path):
         n_spatial = len(x_shape) - 2
         kernel = packed.kernel
@@ -1071,6 +1087,8 @@ class _Plan:
         dp, hp, wp = self.xp_shape[2:]
         self.plane = dp * hp * wp
         self._dw_perm = False
+        # how the GEMM's columns are laid out (set below; the depthwise and BLAS paths use none of them)
+        self.virtual = self.poly = self.phase = False
         if packed.depthwise or path == "blas":
             return
         _op, mr, nv, lanes, g, _f = ig.PATHS[path]
@@ -1091,19 +1109,11 @@ class _Plan:
         panels_real = -(-(n_img * self.positions) // nr)
         self.virtual = self.s3 == (1, 1, 1) and n_img * -(-span // nr) <= _VIRTUAL_MAX_PANELS * panels_real
         if self.virtual:
-            per_img = -(-span // nr) * nr
-            q_idx = np.arange(n_img * per_img, dtype=np.int64)
-            img, loc = q_idx // per_img, q_idx % per_img
-            od, rem = loc // (hp * wp), loc % (hp * wp)
-            oh, ow = rem // wp, rem % wp
-            valid = (loc < span) & (oh < oh_n) & (ow < ow_n)
-            self.col_off = np.where(valid, img * (packed.out_channels * self.positions)
-                                    + (od * oh_n + oh) * ow_n + ow, -1)
+            self._virtual_columns(n_img, nr, span, hp * wp, wp, packed.out_channels)
         # strides (2, 2) in 2-D with taps in all four (row, column) parities (3x3/2, the 7x7/2 stem): the input
         # padded straight into its four stride-2 phases (_pad_phases2), then virtual columns of pitch wq over a
         # phase plane, as at stride 1. The strided packer spent ~15 us per panel of 32 columns at K = 2304 on
         # 14-pixel rows (3x3 256/2 @28 batch 1, 1 thread: 517 -> 448 us; the stem: equal)
-        self.poly = False
         if (_USE_POLYPHASE and not self.virtual and dp == 1 and self.kern3[0] == 1 and self.s3 == (1, 2, 2)
                 and {(kh * self.d3[1]) % 2 for kh in range(self.kern3[1])} == {0, 1}
                 and {(kw * self.d3[2]) % 2 for kw in range(self.kern3[2])} == {0, 1}):
@@ -1119,15 +1129,7 @@ class _Plan:
                                           indexing="ij")
             self.koff = ((c_i * 4 + 2 * ((kh_i * dh) % 2) + (kw_i * dw) % 2) * hq * wq + ((kh_i * dh) // 2) * wq
                          + (kw_i * dw) // 2).reshape(-1).astype(np.int64)
-            self.pan_per_img = -(-span // nr)
-            per_img = self.pan_per_img * nr
-            self.q_total = n_img * per_img
-            self.npn = n_img * self.pan_per_img
-            q_idx = np.arange(self.npn * nr, dtype=np.int64)
-            img, loc = q_idx // per_img, q_idx % per_img
-            oh, ow = loc // wq, loc % wq
-            self.col_off = np.where((loc < span) & (oh < oh_n) & (ow < ow_n),
-                                    img * (packed.out_channels * self.positions) + oh * ow_n + ow, -1)
+            self._virtual_columns(n_img, nr, span, hq * wq, wq, packed.out_channels)
         # strided 1-D/2-D convolutions with large kernels (the 7x7/2 stem): phase-split input (see
         # _phase_split), then virtual columns. It pays when the split copy is much smaller than im2col
         # (measured: 10% faster on the stem, 5-10% slower on 3x3/2 and 1x1/2, where the ratio is 0.7 / 1).
@@ -1151,17 +1153,8 @@ class _Plan:
             self.koff = ((ph_of * kw_n + kw_i) * (c_in * chan) + c_i * chan
                          + ((kh_i * dh) // sh) * ow_n).reshape(-1).astype(np.int64)
             self.chan = chan
-        if self.virtual or self.phase:
-            if self.phase:
-                span = self.positions
-            self.pan_per_img = -(-span // nr)
-            per_img = self.pan_per_img * nr
-            self.q_total = n_img * per_img
-            self.npn = n_img * self.pan_per_img
-            q_idx = np.arange(self.npn * nr, dtype=np.int64)
-            img, loc = q_idx // per_img, q_idx % per_img
-            if self.phase:
-                self.col_off = np.where(loc < self.positions, img * (packed.out_channels * self.positions) + loc, -1)
+            # the split arrays hold exactly the output positions: a row pitch of OW, nothing to skip
+            self._virtual_columns(n_img, nr, self.positions, self.positions, ow_n, packed.out_channels)
         if not (self.virtual or self.phase or self.poly):
             self.q_total = n_img * self.positions
             self.npn = -(-self.q_total // nr)
@@ -1303,21 +1296,20 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         return out
 
     flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
+    xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
     # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
-    size = math.prod(plan.xp_shape)
-    if getattr(plan, "poly", False):
+    if plan.poly:
         xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
-        _pad_phases2(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.uint8(flip), np.uint8(zau), xflat,
-                     n_img * c_in, plan.x3_shape[3], plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
-    elif (not plan.padded and not packed.depthwise and getattr(plan, "virtual", False) and not flip
-            and x.flags.c_contiguous):
+        _pad_phases2(xc, np.uint8(flip), np.uint8(zau), xflat, n_img * c_in, plan.x3_shape[3], plan.x3_shape[4],
+                     plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
+    elif not plan.padded and not packed.depthwise and plan.virtual and not flip and x.flags.c_contiguous:
         xflat = x.reshape(-1)
     else:
         # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
-        xflat = np.empty(size + _SLACK, np.uint8)
-        _pad_input(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.uint8(flip), np.uint8(zau), xflat,
-                   n_img * c_in, *plan.x3_shape[2:], *plan.xp_shape[2:], *plan.pb3)
+        xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
+        _pad_input(xc, np.uint8(flip), np.uint8(zau), xflat, n_img * c_in, *plan.x3_shape[2:], *plan.xp_shape[2:],
+                   *plan.pb3)
     dp, hp, wp = plan.xp_shape[2:]
     out = np.empty(out_shape, rq.y_dtype)
     flat = out.reshape(-1)
