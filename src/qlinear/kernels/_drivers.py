@@ -20,6 +20,17 @@ from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels.im2col import _pack_panel_strided, _pack_panel_virtual
 from qlinear.kernels.integer_gemm import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
 
+
+@njit(cache=True, inline="always")
+def _zeros(n):
+    """n int64 zeros, set in a loop: in a parallel function np.zeros is a parallel region of its own, which costs a
+    fork and join (and a sleeping worker's wake-up) before the real one."""
+    a = np.empty(n, np.int64)
+    for i in range(n):
+        a[i] = 0
+    return a
+
+
 BLOCK_TEMPLATE = '''
 _MK_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}))
 
@@ -78,11 +89,8 @@ def gemm_tiles_{name}(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
     n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
     P = np.empty(mp * ksteps * mr, np.int32)
     rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
-    ready = np.empty(mp, np.int64)  # set in loops: np.zeros would be a parallel region of its own
-    for i in range(mp):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         while True:
             t = fetch_add(claim, 0, 1)
@@ -92,9 +100,9 @@ def gemm_tiles_{name}(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
                 for ip in range(t * mb, min(mp, t * mb + mb)):
                     _pack_panel_{name}(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
                 for jb in range(n_nblocks):
-                    _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm, rowsum,
-                                  v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                                  out32, out8)
+                    _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
                 continue
             if t < mp:
                 _pack_panel_{name}(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
@@ -151,13 +159,8 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
-    # set in loops: np.zeros in a parallel function is a parallel region of its own, which costs a fork and
-    # join (and a sleeping worker's wake-up) before the real one
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
@@ -247,11 +250,8 @@ def gemm_tiles_avx512vnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum,
     n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
     P = np.empty(mp * ksteps * mr, np.int32)
     rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
-    ready = np.empty(mp, np.int64)  # set in loops: np.zeros would be a parallel region of its own
-    for i in range(mp):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         while True:
             t = fetch_add(claim, 0, 1)
@@ -261,9 +261,9 @@ def gemm_tiles_avx512vnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum,
                 for ip in range(t * mb, min(mp, t * mb + mb)):
                     _pack_panel_avx512vnni_u(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
                 for jb in range(n_nblocks):
-                    _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm, rowsum,
-                                  v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                                  out32, out8)
+                    _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
                 continue
             if t < mp:
                 _pack_panel_avx512vnni_u(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
@@ -348,13 +348,8 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
     n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
-    # set in loops: np.zeros in a parallel function is a parallel region of its own, which costs a fork and
-    # join (and a sleeping worker's wake-up) before the real one
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
@@ -435,11 +430,8 @@ def gemm_tiles_avxvnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q,
     n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
     P = np.empty(mp * ksteps * mr, np.int32)
     rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
-    ready = np.empty(mp, np.int64)  # set in loops: np.zeros would be a parallel region of its own
-    for i in range(mp):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         while True:
             t = fetch_add(claim, 0, 1)
@@ -449,9 +441,9 @@ def gemm_tiles_avxvnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q,
                 for ip in range(t * mb, min(mp, t * mb + mb)):
                     _pack_panel_avxvnni_u(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
                 for jb in range(n_nblocks):
-                    _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm, rowsum,
-                                  v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                                  out32, out8)
+                    _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
                 continue
             if t < mp:
                 _pack_panel_avxvnni_u(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
@@ -536,13 +528,8 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
     n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
-    # set in loops: np.zeros in a parallel function is a parallel region of its own, which costs a fork and
-    # join (and a sleeping worker's wake-up) before the real one
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
@@ -623,11 +610,8 @@ def gemm_tiles_avx512bw_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q
     n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
     P = np.empty(mp * ksteps * mr, np.int32)
     rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
-    ready = np.empty(mp, np.int64)  # set in loops: np.zeros would be a parallel region of its own
-    for i in range(mp):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         while True:
             t = fetch_add(claim, 0, 1)
@@ -637,9 +621,9 @@ def gemm_tiles_avx512bw_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q
                 for ip in range(t * mb, min(mp, t * mb + mb)):
                     _pack_panel_avx512bw_u(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
                 for jb in range(n_nblocks):
-                    _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm, rowsum,
-                                  v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                                  out32, out8)
+                    _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
                 continue
             if t < mp:
                 _pack_panel_avx512bw_u(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
@@ -724,13 +708,8 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
     n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
-    # set in loops: np.zeros in a parallel function is a parallel region of its own, which costs a fork and
-    # join (and a sleeping worker's wake-up) before the real one
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
@@ -811,11 +790,8 @@ def gemm_tiles_avx2_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
     n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
     P = np.empty(mp * ksteps * mr, np.int32)
     rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
-    ready = np.empty(mp, np.int64)  # set in loops: np.zeros would be a parallel region of its own
-    for i in range(mp):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         while True:
             t = fetch_add(claim, 0, 1)
@@ -825,9 +801,9 @@ def gemm_tiles_avx2_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
                 for ip in range(t * mb, min(mp, t * mb + mb)):
                     _pack_panel_avx2_u(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
                 for jb in range(n_nblocks):
-                    _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm, rowsum,
-                                  v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                                  out32, out8)
+                    _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
                 continue
             if t < mp:
                 _pack_panel_avx2_u(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
@@ -912,13 +888,8 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
-    # set in loops: np.zeros in a parallel function is a parallel region of its own, which costs a fork and
-    # join (and a sleeping worker's wake-up) before the real one
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    claim = np.empty(8, np.int64)  # claim[0]: the next task
-    claim[0] = 0
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
