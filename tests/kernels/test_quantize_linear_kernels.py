@@ -205,11 +205,16 @@ def test_quantize_every_output_larger_than_the_serial_threshold(x_type, output):
         # along the last axis: runs of whole blocks, a short last block, chunk boundaries inside blocks
         (_params(rng, (3, 37, 101), np.float32), dict(axis=-1, block_size=4)),
         (_params(rng, (3, 37, 13), np.float32), dict(axis=-1, block_size=32)),
+        # segments longer than the kernels' prefetch block (128 elements): blocks of 150 along the last axis,
+        # and per-axis along the middle axis (segments of 401)
+        (_params(rng, (3, 37, 3), np.float32), dict(axis=-1, block_size=150)),
+        (_params(rng, (37,), np.float32), dict(axis=1)),
     ]
     for scale, extra in cases:
         zp = _zero_point(rng, np.shape(scale), output)
-        fast, slow = _both(qlinear.quantize_linear, False, x, scale.astype(np.float32), zp, **kw, **extra)
-        _assert_identical(fast, slow)
+        for parallel in (False, True):  # True: two chunks, the boundary inside a prefetch block
+            fast, slow = _both(qlinear.quantize_linear, parallel, x, scale.astype(np.float32), zp, **kw, **extra)
+            _assert_identical(fast, slow)
 
 
 @pytest.mark.parametrize("x_type", DQ_INPUTS, ids=lambda t: t.onnx_name)
@@ -225,8 +230,9 @@ def test_dequantize_every_input_larger_than_the_serial_threshold(x_type):
                          (_params(rng, (5, 33, 38), np.float32), dict(axis=-1, block_size=8))]:
         for output in (np.float32, np.float16, ml_dtypes.bfloat16):
             zp = _zero_point(rng, np.shape(scale), x_type)
-            fast, slow = _both(qlinear.dequantize_linear, False, x, scale, zp, output_dtype=output, **extra)
-            _assert_identical(fast, slow)
+            for parallel in (False, True):  # True: two chunks, the boundary inside a prefetch block
+                fast, slow = _both(qlinear.dequantize_linear, parallel, x, scale, zp, output_dtype=output, **extra)
+                _assert_identical(fast, slow)
 
 
 def test_non_contiguous_input():
