@@ -19,8 +19,11 @@ from qlinear.reference.small_float import to_small_float
 
 SMALL_FLOATS = [t for t in dtypes.TYPES if t.is_small_float]
 
+# The helpers below are not cached: numba keys a cache on this file alone, so a cached helper would keep the
+# kernel code it inlined when it was written, after the kernel changed.
 
-@numba.njit(cache=True)
+
+@numba.njit
 def _map_f16_to_f32(h):
     out = np.empty(h.size, np.float32)
     for i in range(h.size):
@@ -28,7 +31,7 @@ def _map_f16_to_f32(h):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _map_bf16_to_f32(h):
     out = np.empty(h.size, np.float32)
     for i in range(h.size):
@@ -36,7 +39,7 @@ def _map_bf16_to_f32(h):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _map_round(v, bf16):
     out = np.empty(v.size, np.float32)
     for i in range(v.size):
@@ -44,7 +47,7 @@ def _map_round(v, bf16):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _map_bits(v, bf16):
     out = np.empty(v.size, np.uint16)
     for i in range(v.size):
@@ -52,11 +55,19 @@ def _map_bits(v, bf16):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _map_encode(v, *fmt):
     out = np.empty(v.size, np.uint8)
     for i in range(v.size):
         out[i] = sf.encode_small_float(v[i], *fmt)
+    return out
+
+
+@numba.njit
+def _map_decode(codes, *args):
+    out = np.empty(codes.size, np.float32)
+    for i in range(codes.size):
+        out[i] = sf.decode_small_float(codes[i], *args)
     return out
 
 
@@ -188,3 +199,20 @@ def test_quantize_with_extreme_scales_equals_reference(target, precision):
                 with kernels.use_kernels(False):
                     slow = qlinear.quantize_linear(x, block_scales, None, **kwargs)
             _same_bits(fast.view(np.uint8), slow.view(np.uint8))
+
+
+FLOAT8S = [t for t in SMALL_FLOATS if t.kind == "float8"]
+
+
+@pytest.mark.parametrize("target", FLOAT8S, ids=lambda t: t.onnx_name)
+def test_decode_small_float_every_code(target):
+    """Every float8 code widened to float32 as ml_dtypes widens it, NaN and Inf bits included."""
+    codes = np.arange(256, dtype=np.uint8)
+    with np.errstate(invalid="ignore"):
+        expected = codes.view(target.dtype).astype(np.float32)
+    _same_bits(_map_decode(codes, *sf.decode_args(target)), expected)
+
+
+def test_decode_args_refuses_other_types():
+    with pytest.raises(ValueError, match="decode_args: float4e2m1 is not a float8 type"):
+        sf.decode_args(dtypes.get("float4e2m1"))

@@ -16,6 +16,7 @@ from numba.extending import overload
 
 from .small_float import (
     bf16_bits_to_f32,
+    decode_small_float,
     encode_small_float,
     f16_bits_to_f32,
     f32_to_bf16_bits,
@@ -92,7 +93,9 @@ def dq_value(v, zv, mask, sign, table):  # pragma: no cover
 @overload(dq_value, jit_options=_JIT)
 def _dq_value(v, zv, mask, sign, table):
     """float32(x - zero point), exact before the conversion."""
-    if zv == nbtypes.float32:  # float8/6/4 x
+    if zv == nbtypes.float32 and isinstance(table, nbtypes.BaseTuple):  # float8 x: decoded arithmetically
+        return lambda v, zv, mask, sign, table: np.float32(decode_small_float(v, *table) - zv)
+    if zv == nbtypes.float32:  # float6/4 x: a 256-entry table (ml_dtypes reads their unused high bits too)
         return lambda v, zv, mask, sign, table: np.float32(table[np.uint8(v)] - zv)
     if zv == nbtypes.int32:  # at most 16 bits: the difference fits int32
         def impl(v, zv, mask, sign, table):

@@ -21,8 +21,9 @@ How the arithmetic stays the reference's
     - float8/6/4 outputs: the zero point is added in the division precision, then the value is encoded
       by bit manipulation (`qlinear.kernels.small_float.encode_small_float`).
     - Dequantize: (x - zero point) exactly in int32 (int64 for int32 x), converted to float32, times the
-      float32 scale, then rounded to float16/bfloat16 by bit manipulation. float8/6/4 inputs are widened
-      through a 256-entry float32 table built from ml_dtypes.
+      float32 scale, then rounded to float16/bfloat16 by bit manipulation. float8 inputs are widened by
+      bit manipulation (`small_float.decode_small_float`), float6/4 through a 256-entry float32 table built
+      from ml_dtypes.
 
 Layout: x (C-contiguous) is walked as rows of contiguous elements; each row takes its scale either
 per segment (per-tensor, per-axis with the axis not last, blocked along the last axis) or per element
@@ -247,13 +248,13 @@ def _decode_table(t: ElementType) -> np.ndarray:
 
 
 _DQ_OUTPUTS = ("float", "float16", "bfloat16")
-_DQ_INPUT_CONSTANTS: dict[np.dtype, tuple] = {}  # x dtype -> (zero point type, mask, sign, table)
+_DQ_INPUT_CONSTANTS: dict[np.dtype, tuple] = {}  # x dtype -> (zero point type, mask, sign, table or decoder)
 _NO_TABLE = np.zeros(1, np.float32)  # integer x: the kernel takes a table argument it does not read
 
 
 def _dq_input_constants(x_type: ElementType) -> tuple | None:
     """How the kernel decodes x: the zero point's type, the code mask and sign bit of sub-byte integers,
-    and the float8/6/4 decode table. None for a type the kernel does not take."""
+    the float8 decoder's arguments or the float6/4 decode table. None for a type the kernel does not take."""
     constants = _DQ_INPUT_CONSTANTS.get(x_type.dtype)
     if constants is not None:
         return constants
@@ -265,6 +266,10 @@ def _dq_input_constants(x_type: ElementType) -> tuple | None:
         else:
             mask, sign = np.int32(-1), np.int32(0)
         constants = zp_type, mask, sign, _NO_TABLE
+    elif x_type.kind == "float8":
+        from .small_float import decode_args
+
+        constants = _F32, np.int32(255), np.int32(0), decode_args(x_type)
     elif x_type.is_small_float:
         constants = _F32, np.int32(255), np.int32(0), _decode_table(x_type)
     else:
