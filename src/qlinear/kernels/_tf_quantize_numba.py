@@ -15,6 +15,7 @@ from qlinear.kernels import ensure_fresh_numba_cache
 ensure_fresh_numba_cache()  # before any cached kernel loads
 from numba import njit  # noqa: E402
 
+from ._prefetch import BLOCK, prefetch_ahead, prefetch_ahead_write
 from ._vector_width import use_512_bit_vectors
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -139,6 +140,22 @@ def _dequantize_one(q, mode, a, b, half):
     return _ftz(np.float32(qf * a))
 
 
+@njit(inline="always", **_JIT)
+def _quantize_run(x, out, i, n, mode, av, bv, cv, half_range, lower, upper, nan_value):
+    """out[i:i + n] from x[i:i + n] with one slice's constants and a constant mode, in blocks with the input
+    prefetched ahead (`qlinear.kernels._prefetch`); unsigned offsets into slices starting at 0, so LLVM sees
+    non-negative indices."""
+    xs = x[i:i + n]
+    os = out[i:i + n]
+    for b in range(0, n, BLOCK):
+        m = min(BLOCK, n - b)
+        prefetch_ahead(x, i + b, m)
+        u = np.uint64(b)
+        for k in range(m):
+            os[u + np.uint64(k)] = _quantize_one(xs[u + np.uint64(k)], mode, av, bv, cv, half_range, lower, upper,
+                                                 nan_value)
+
+
 @njit(**_JIT)
 def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, row_start, row_stop, slices):
     # x and out are [rows, post] flattened; row r belongs to slice r % slices
@@ -146,50 +163,37 @@ def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_va
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv, cv = a[s], b[s], c[s]
-        xs = x[r * post:(r + 1) * post]
-        os = out[r * post:(r + 1) * post]
-        # one loop per mode, so that each is a straight vectorisable loop
+        i = r * post
+        # one call per mode, each inlined with a constant mode, so that each is a straight vectorisable loop
         if mode == Q_SCALED_EVEN:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_SCALED_AWAY:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_COMBINED_SIGNED:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_COMBINED_UNSIGNED:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_FIRST:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_NO_FLUSH + Q_SCALED_EVEN:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper,
-                                      nan_value)
+            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper,
+                          nan_value)
         elif mode == Q_NO_FLUSH + Q_SCALED_AWAY:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper,
-                                      nan_value)
+            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper,
+                          nan_value)
         elif mode == Q_NO_FLUSH + Q_COMBINED_SIGNED:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper,
-                                      nan_value)
+            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper,
+                          nan_value)
         elif mode == Q_NO_FLUSH + Q_COMBINED_UNSIGNED:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper,
-                                      nan_value)
+            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper,
+                          nan_value)
         elif mode == Q_COMBINED_SIGNED_EXACT:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_COMBINED_SIGNED_EXACT, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_COMBINED_SIGNED_EXACT, av, bv, cv, half_range, lower, upper, nan_value)
         elif mode == Q_COMBINED_UNSIGNED_EXACT:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_COMBINED_UNSIGNED_EXACT, av, bv, cv, half_range, lower, upper,
-                                      nan_value)
+            _quantize_run(x, out, i, post, Q_COMBINED_UNSIGNED_EXACT, av, bv, cv, half_range, lower, upper,
+                          nan_value)
         else:
-            for k in range(post):
-                os[k] = _quantize_one(xs[k], Q_NO_FLUSH + Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
+            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
 
 
 @njit(inline="always", **_JIT)
@@ -245,26 +249,35 @@ def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper,
                                  nan_value, row_start, row_stop)
 
 
+@njit(inline="always", **_JIT)
+def _dequantize_run(q, out, i, n, mode, av, bv, half):
+    """out[i:i + n] from q[i:i + n] (see `_quantize_run`); the output's lines are requested too, for writing."""
+    qs = q[i:i + n]
+    os = out[i:i + n]
+    for b in range(0, n, BLOCK):
+        m = min(BLOCK, n - b)
+        prefetch_ahead(q, i + b, m)
+        prefetch_ahead_write(out, i + b, m)
+        u = np.uint64(b)
+        for k in range(m):
+            os[u + np.uint64(k)] = _dequantize_one(qs[u + np.uint64(k)], mode, av, bv, half)
+
+
 @njit(**_JIT)
 def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices):
     use_512_bit_vectors()
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv = a[s], b[s]
-        qs = q[r * post:(r + 1) * post]
-        os = out[r * post:(r + 1) * post]
+        i = r * post
         if mode == DQ_COMBINED:
-            for k in range(post):
-                os[k] = _dequantize_one(qs[k], DQ_COMBINED, av, bv, half)
+            _dequantize_run(q, out, i, post, DQ_COMBINED, av, bv, half)
         elif mode == DQ_FIRST:
-            for k in range(post):
-                os[k] = _dequantize_one(qs[k], DQ_FIRST, av, bv, half)
+            _dequantize_run(q, out, i, post, DQ_FIRST, av, bv, half)
         elif mode == DQ_SCALED:
-            for k in range(post):
-                os[k] = _dequantize_one(qs[k], DQ_SCALED, av, bv, half)
+            _dequantize_run(q, out, i, post, DQ_SCALED, av, bv, half)
         else:
-            for k in range(post):
-                os[k] = _dequantize_one(qs[k], DQ_SCALED_WRAP, av, bv, half)
+            _dequantize_run(q, out, i, post, DQ_SCALED_WRAP, av, bv, half)
 
 
 @njit(**_JIT)
