@@ -86,24 +86,23 @@ def _from_f32(v, out):
     return None
 
 
-def dq_value(v, zv, mask, sign, table):  # pragma: no cover
+def dq_value(v, zv, mask, sign, decoder):  # pragma: no cover
     raise NotImplementedError
 
 
 @overload(dq_value, jit_options=_JIT)
-def _dq_value(v, zv, mask, sign, table):
-    """float32(x - zero point), exact before the conversion."""
-    if zv == nbtypes.float32 and isinstance(table, nbtypes.BaseTuple):  # float8 x: decoded arithmetically
-        return lambda v, zv, mask, sign, table: np.float32(decode_small_float(v, *table) - zv)
-    if zv == nbtypes.float32:  # float6/4 x: a 256-entry table (ml_dtypes reads their unused high bits too)
-        return lambda v, zv, mask, sign, table: np.float32(table[np.uint8(v)] - zv)
+def _dq_value(v, zv, mask, sign, decoder):
+    """float32(x - zero point), exact before the conversion. ``decoder``: `decode_small_float`'s arguments
+    for float8/6/4 x (float32 zero point), an empty tuple for integer x."""
+    if zv == nbtypes.float32:
+        return lambda v, zv, mask, sign, decoder: np.float32(decode_small_float(v, *decoder) - zv)
     if zv == nbtypes.int32:  # at most 16 bits: the difference fits int32
-        def impl(v, zv, mask, sign, table):
+        def impl(v, zv, mask, sign, decoder):
             code = np.int32(np.int32(v) & mask)
             return np.float32(np.int32(np.int32(np.int32(code ^ sign) - sign) - zv))
         return impl
     if zv == nbtypes.int64:
-        return lambda v, zv, mask, sign, table: np.float32(np.int64(np.int64(v) - zv))
+        return lambda v, zv, mask, sign, decoder: np.float32(np.int64(np.int64(v) - zv))
     return None
 
 # -- quantize, integer output
@@ -287,7 +286,7 @@ def _dq_product(dx, sv):
 
 
 @njit(**_JIT)
-def _dq_run(x, out, i, n, sv, zv, mask, sign, table):
+def _dq_run(x, out, i, n, sv, zv, mask, sign, decoder):
     """out[i:i + n] from x[i:i + n] with one scale and zero point (see `_q_int_run`)."""
     use_512_bit_vectors()
     xs, os = x[i:i + n], out[i:i + n]
@@ -297,11 +296,11 @@ def _dq_run(x, out, i, n, sv, zv, mask, sign, table):
         prefetch_ahead_write(out, i + b, m)
         u = np.uint64(b)
         for k in range(m):
-            os[u + np.uint64(k)] = from_f32(_dq_product(dq_value(xs[u + np.uint64(k)], zv, mask, sign, table), sv), os)
+            os[u + np.uint64(k)] = from_f32(_dq_product(dq_value(xs[u + np.uint64(k)], zv, mask, sign, decoder), sv), os)
 
 
 @njit(**_JIT)
-def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
+def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop):
     use_512_bit_vectors()
     i = start
     r = i // row_len
@@ -319,7 +318,7 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
                 u = np.uint64(b)
                 for k in range(m):
                     e = u + np.uint64(k)
-                    os[e] = from_f32(_dq_product(dq_value(xs[e], zs[e], mask, sign, table), ss[e]), os)
+                    os[e] = from_f32(_dq_product(dq_value(xs[e], zs[e], mask, sign, decoder), ss[e]), os)
             i += n
         else:
             seg = j // seg_len
@@ -335,10 +334,10 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
                         b = np.uint64(c * seg_len)
                         for k in range(seg_len):
                             os[b + np.uint64(k)] = from_f32(
-                                _dq_product(dq_value(xs[b + np.uint64(k)], zv, mask, sign, table), sv), os)
+                                _dq_product(dq_value(xs[b + np.uint64(k)], zv, mask, sign, decoder), sv), os)
                     seg += count
                 else:
-                    _dq_run(x, out, i, n, s[off + seg], zp[off + seg], mask, sign, table)
+                    _dq_run(x, out, i, n, s[off + seg], zp[off + seg], mask, sign, decoder)
                     seg += 1
                 i += n
                 j += n
@@ -347,5 +346,5 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
 
 
 @njit(**_JIT)
-def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop):
-    _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, table, start, stop)
+def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop):
+    _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop)

@@ -21,9 +21,8 @@ How the arithmetic stays the reference's
     - float8/6/4 outputs: the zero point is added in the division precision, then the value is encoded
       by bit manipulation (`qlinear.kernels.small_float.encode_small_float`).
     - Dequantize: (x - zero point) exactly in int32 (int64 for int32 x), converted to float32, times the
-      float32 scale, then rounded to float16/bfloat16 by bit manipulation. float8 inputs are widened by
-      bit manipulation (`small_float.decode_small_float`), float6/4 through a 256-entry float32 table built
-      from ml_dtypes.
+      float32 scale, then rounded to float16/bfloat16 by bit manipulation. float8/6/4 inputs are widened
+      by bit manipulation (`small_float.decode_small_float`), every byte as ml_dtypes widens it.
 
 Layout: x (C-contiguous) is walked as rows of contiguous elements; each row takes its scale either
 per segment (per-tensor, per-axis with the axis not last, blocked along the last axis) or per element
@@ -235,26 +234,13 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     return out
 
 
-_DECODE_TABLES: dict[np.dtype, np.ndarray] = {}
-
-
-def _decode_table(t: ElementType) -> np.ndarray:
-    table = _DECODE_TABLES.get(t.dtype)
-    if table is None:
-        with np.errstate(invalid="ignore"):
-            table = np.arange(256, dtype=np.uint8).view(t.dtype).astype(np.float32)
-        _DECODE_TABLES[t.dtype] = table
-    return table
-
-
 _DQ_OUTPUTS = ("float", "float16", "bfloat16")
-_DQ_INPUT_CONSTANTS: dict[np.dtype, tuple] = {}  # x dtype -> (zero point type, mask, sign, table or decoder)
-_NO_TABLE = np.zeros(1, np.float32)  # integer x: the kernel takes a table argument it does not read
+_DQ_INPUT_CONSTANTS: dict[np.dtype, tuple] = {}  # x dtype -> (zero point type, mask, sign, decoder)
 
 
 def _dq_input_constants(x_type: ElementType) -> tuple | None:
-    """How the kernel decodes x: the zero point's type, the code mask and sign bit of sub-byte integers,
-    the float8 decoder's arguments or the float6/4 decode table. None for a type the kernel does not take."""
+    """How the kernel decodes x: the zero point's type, the code mask and sign bit of sub-byte integers, and
+    the float8/6/4 decoder's arguments (an empty tuple for integers). None for a type the kernel does not take."""
     constants = _DQ_INPUT_CONSTANTS.get(x_type.dtype)
     if constants is not None:
         return constants
@@ -265,13 +251,11 @@ def _dq_input_constants(x_type: ElementType) -> tuple | None:
             sign = np.int32(1 << (x_type.bits - 1)) if x_type.qmin < 0 else np.int32(0)
         else:
             mask, sign = np.int32(-1), np.int32(0)
-        constants = zp_type, mask, sign, _NO_TABLE
-    elif x_type.kind == "float8":
+        constants = zp_type, mask, sign, ()
+    elif x_type.is_small_float:
         from .small_float import decode_args
 
         constants = _F32, np.int32(255), np.int32(0), decode_args(x_type)
-    elif x_type.is_small_float:
-        constants = _F32, np.int32(255), np.int32(0), _decode_table(x_type)
     else:
         return None
     _DQ_INPUT_CONSTANTS[x_type.dtype] = constants
@@ -299,7 +283,7 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
     constants = _dq_input_constants(x_type)
     if constants is None:
         return None
-    zp_type, mask, sign, table = constants
+    zp_type, mask, sign, decoder = constants
     zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(zp_type)
-    threads.run_chunked(_numba()._dq_serial, n, xin, scale, zp, out_k, *geometry, mask, sign, table)
+    threads.run_chunked(_numba()._dq_serial, n, xin, scale, zp, out_k, *geometry, mask, sign, decoder)
     return out

@@ -10,7 +10,7 @@ each one exhaustively or on a dense sweep around every rounding boundary.
   the narrow type is the correctly rounded narrow operation, since 24 >= 2 * 11 + 2).
 - `f32_to_f16_bits` / `f32_to_bf16_bits`: the stored encodings, NaN included (NumPy keeps a float16 NaN's
   sign and top payload bits; ml_dtypes makes every bfloat16 NaN the quiet NaN with the input's sign).
-- `decode_small_float`: float8 code -> float32 (DequantizeLinear), bit for bit as ml_dtypes widens it.
+- `decode_small_float`: float8/6/4 byte -> float32 (DequantizeLinear), bit for bit as ml_dtypes widens it.
 - `encode_small_float`: float32 -> float8/float6/float4 code (one byte, code in the low bits, as
   ml_dtypes stores them), with the format's parameters passed as numbers (see `SmallFloatFormat`), so
   one compiled loop serves every format and stays branch-free enough to vectorise.
@@ -141,30 +141,35 @@ class SmallFloatFormat:
 
 
 def decode_args(target: ElementType) -> tuple:
-    """The arguments of `decode_small_float` after the code, for a float8 type (every byte is a code).
+    """The arguments of `decode_small_float` after the code, for a float8/float6/float4 type.
 
-    The special codes are read off ml_dtypes' own decoding: the smallest magnitude that decodes to NaN or
-    Inf, the magnitude of Inf (e5m2), and whether 0x80 (the "negative zero" of the FNUZ types) is NaN."""
+    Every byte decodes as ml_dtypes decodes it: the bits below the sign bit are the magnitude's code, and any
+    bit at or above it makes the value negative (float4/float6 bytes with unused high bits set included). The
+    special codes are read off ml_dtypes' own decoding: the smallest magnitude that decodes to NaN or Inf,
+    the magnitude of Inf (e5m2), and whether the sign bit alone (the "negative zero" of the FNUZ types) is
+    NaN."""
     import ml_dtypes
 
-    if target.kind != "float8":
-        raise ValueError(f"decode_args: {target.onnx_name} is not a float8 type")
+    if not target.is_small_float:
+        raise ValueError(f"decode_args: {target.onnx_name} is not a float8/float6/float4 type")
     info = ml_dtypes.finfo(target.dtype)
     mbits = int(info.nmant)
     bias = 1 - int(info.minexp)
+    sign_value = 1 << (target.bits - 1)
     with np.errstate(invalid="ignore"):
         table = np.arange(256, dtype=np.uint8).view(target.dtype).astype(np.float32)
-    positive = table[:128]
+    positive = table[:sign_value]
     special = np.flatnonzero(~np.isfinite(positive))
     infinite = np.flatnonzero(np.isinf(positive))
     return (
+        np.int32(sign_value),
         np.int32(23 - mbits),  # shift of the magnitude into float32's exponent and mantissa fields
         np.int32((127 - bias) << 23),  # exponent re-bias, added to those bits
         np.int32(1 << mbits),  # magnitudes below: subnormal
         np.float32(2.0 ** (1 - bias - mbits)),  # a subnormal's value per unit of its magnitude
-        np.int32(special[0] if special.size else 128),
+        np.int32(special[0] if special.size else sign_value),
         np.int32(infinite[0] if infinite.size else -1),
-        bool(np.isnan(table[0x80])),
+        bool(np.isnan(table[sign_value])),
     )
 
 
@@ -304,14 +309,14 @@ if njit is not None:
         return np.uint8(code | (negative & sign_value))
 
     @njit(cache=True, nogil=True)
-    def decode_small_float(v, shift, rebias, subnormal_limit, subnormal_scale, special_min, inf_magnitude,
-                           nan_at_negative_zero):
-        """float32 value of float8 code ``v`` (see `decode_args`), bit for bit as ml_dtypes widens it.
+    def decode_small_float(v, sign_value, shift, rebias, subnormal_limit, subnormal_scale, special_min,
+                           inf_magnitude, nan_at_sign_alone):
+        """float32 value of the float8/6/4 byte ``v`` (see `decode_args`), bit for bit as ml_dtypes widens it.
 
         Arithmetic rather than a 256-entry table: a table lookup is a gather per 16 elements, which made a
         float8 DequantizeLinear 2.6x slower than a uint8 one."""
         code = np.int32(np.int32(v) & np.int32(0xFF))
-        magnitude = np.int32(code & np.int32(0x7F))
+        magnitude = np.int32(code & np.int32(sign_value - 1))
         # normal: the magnitude's exponent and mantissa fields moved into float32's and re-biased (integer
         # arithmetic: no float32 subnormal is ever formed); subnormal: magnitude * 2**(emin - mbits), exact
         bits = np.int32(_shift_left_i32(magnitude, shift) + rebias)
@@ -319,9 +324,11 @@ if njit is not None:
             bits = np.float32(np.float32(magnitude) * subnormal_scale).view(np.int32)
         if magnitude >= special_min:
             bits = np.int32(0x7F800000) if magnitude == inf_magnitude else np.int32(0x7FC00000)
-        if nan_at_negative_zero and code == np.int32(0x80):
+        if nan_at_sign_alone and code == sign_value:
             bits = np.int32(0x7FC00000)
-        return np.int32(bits | np.int32(np.int32(code >> np.int32(7)) << np.int32(31))).view(np.float32)
+        if code >= sign_value:
+            bits = np.int32(bits | np.int32(-(2**31)))
+        return np.int32(bits).view(np.float32)
 
     @njit(cache=True, nogil=True)
     def f32_round_to_odd(v):
