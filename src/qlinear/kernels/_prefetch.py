@@ -1,4 +1,4 @@
-"""Software prefetch for the element-wise numba kernels: ``prefetch_ahead`` / ``prefetch_ahead_write``.
+"""Software prefetch for the element-wise numba kernels: ``prefetch_ahead``.
 
 Why: a QuantizeLinear loop computes for ~3-4 ns per 16 elements (the division, and for float8/float4 the
 encoder), a DequantizeLinear loop writes four bytes per byte it reads. On one core the hardware prefetchers
@@ -70,18 +70,14 @@ _prefetch_write = _prefetch_intrinsic(1)
 
 
 @njit(cache=True, nogil=True)
-def prefetch_ahead(a, start, count):
-    """Request the cache lines of 1-D contiguous ``a`` that lie `AHEAD_BYTES` past ``a[start:start + count]``."""
+def prefetch_ahead(a, start, count, write=False):
+    """Request the cache lines of 1-D contiguous ``a`` that lie `AHEAD_BYTES` past ``a[start:start + count]``;
+    ``write``: for an array about to be written (the lines are fetched for ownership). Callers pass ``write`` as
+    a constant, so the branch folds away."""
     size = a.itemsize
     stop = min((start + count) * size + AHEAD_BYTES, a.size * size)
     for offset in range(start * size + AHEAD_BYTES, stop, 64):
-        _prefetch_read(a, offset)
-
-
-@njit(cache=True, nogil=True)
-def prefetch_ahead_write(a, start, count):
-    """`prefetch_ahead` for an array about to be written (the lines are fetched for ownership)."""
-    size = a.itemsize
-    stop = min((start + count) * size + AHEAD_BYTES, a.size * size)
-    for offset in range(start * size + AHEAD_BYTES, stop, 64):
-        _prefetch_write(a, offset)
+        if write:
+            _prefetch_write(a, offset)
+        else:
+            _prefetch_read(a, offset)

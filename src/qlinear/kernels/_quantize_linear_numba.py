@@ -25,7 +25,7 @@ from .small_float import (
     round_to_bf16,
     round_to_f16,
 )
-from ._prefetch import BLOCK, prefetch_ahead, prefetch_ahead_write
+from ._prefetch import BLOCK, prefetch_ahead
 from ._vector_width import use_512_bit_vectors
 
 
@@ -293,7 +293,7 @@ def _dq_run(x, out, i, n, sv, zv, mask, sign, decoder):
     for b in range(0, n, BLOCK):
         m = min(BLOCK, n - b)
         prefetch_ahead(x, i + b, m)
-        prefetch_ahead_write(out, i + b, m)
+        prefetch_ahead(out, i + b, m, True)
         u = np.uint64(b)
         for k in range(m):
             os[u + np.uint64(k)] = from_f32(_dq_product(dq_value(xs[u + np.uint64(k)], zv, mask, sign, decoder), sv), os)
@@ -314,7 +314,7 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
             for b in range(0, n, BLOCK):
                 m = min(BLOCK, n - b)
                 prefetch_ahead(x, i + b, m)
-                prefetch_ahead_write(out, i + b, m)
+                prefetch_ahead(out, i + b, m, True)
                 u = np.uint64(b)
                 for k in range(m):
                     e = u + np.uint64(k)

@@ -15,7 +15,7 @@ from qlinear.kernels import ensure_fresh_numba_cache
 ensure_fresh_numba_cache()  # before any cached kernel loads
 from numba import njit  # noqa: E402
 
-from ._prefetch import BLOCK, prefetch_ahead, prefetch_ahead_write
+from ._prefetch import BLOCK, prefetch_ahead
 from ._vector_width import use_512_bit_vectors
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -257,7 +257,7 @@ def _dequantize_run(q, out, i, n, mode, av, bv, half):
     for b in range(0, n, BLOCK):
         m = min(BLOCK, n - b)
         prefetch_ahead(q, i + b, m)
-        prefetch_ahead_write(out, i + b, m)
+        prefetch_ahead(out, i + b, m, True)
         u = np.uint64(b)
         for k in range(m):
             os[u + np.uint64(k)] = _dequantize_one(qs[u + np.uint64(k)], mode, av, bv, half)
