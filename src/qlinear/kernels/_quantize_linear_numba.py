@@ -296,7 +296,8 @@ def _dq_run(x, out, i, n, sv, zv, mask, sign, decoder):
         prefetch_ahead(out, i + b, m, True)
         u = np.uint64(b)
         for k in range(m):
-            os[u + np.uint64(k)] = from_f32(_dq_product(dq_value(xs[u + np.uint64(k)], zv, mask, sign, decoder), sv), os)
+            e = u + np.uint64(k)
+            os[e] = from_f32(_dq_product(dq_value(xs[e], zv, mask, sign, decoder), sv), os)
 
 
 @njit(**_JIT)
