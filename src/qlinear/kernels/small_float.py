@@ -148,14 +148,10 @@ def decode_args(target: ElementType) -> tuple:
     special codes are read off ml_dtypes' own decoding: the smallest magnitude that decodes to NaN or Inf,
     the magnitude of Inf (e5m2), and whether the sign bit alone (the "negative zero" of the FNUZ types) is
     NaN."""
-    import ml_dtypes
-
     if not target.is_small_float:
         raise ValueError(f"decode_args: {target.onnx_name} is not a float8/float6/float4 type")
-    info = ml_dtypes.finfo(target.dtype)
-    mbits = int(info.nmant)
-    bias = 1 - int(info.minexp)
-    sign_value = 1 << (target.bits - 1)
+    fmt = SmallFloatFormat.of(target)  # the encoder's reading of the format
+    mbits, bias, sign_value = fmt.mbits, fmt.bias, 1 << fmt.sign_shift
     with np.errstate(invalid="ignore"):
         table = np.arange(256, dtype=np.uint8).view(target.dtype).astype(np.float32)
     positive = table[:sign_value]
