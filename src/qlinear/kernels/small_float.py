@@ -13,7 +13,8 @@ each one exhaustively or on a dense sweep around every rounding boundary.
 - `decode_small_float`: float8/6/4 byte -> float32 (DequantizeLinear), bit for bit as ml_dtypes widens it.
 - `encode_small_float`: float32 -> float8/float6/float4 code (one byte, code in the low bits, as
   ml_dtypes stores them), with the format's parameters passed as numbers (see `SmallFloatFormat`), so
-  one compiled loop serves every format and stays branch-free enough to vectorise.
+  one compiled loop serves every format and stays branch-free enough to vectorise. One float32 addition
+  rounds (half to even, in hardware) and leaves the code in the sum's low bits.
   ml_dtypes converts a float64 by rounding it to float32 first; the kernels do the same.
 """
 
@@ -63,6 +64,7 @@ class SmallFloatFormat:
     nan_pos: int  # byte for NaN
     nan_neg: int
     signed_zero: bool  # False for the FNUZ types: -0 encodes as +0
+    dtype: np.dtype  # the ml_dtypes type
 
     @classmethod
     def of(cls, target: ElementType) -> "SmallFloatFormat":
@@ -93,6 +95,7 @@ class SmallFloatFormat:
             nan_pos=nan_pos,
             nan_neg=nan_neg,
             signed_zero=byte(-0.0) != 0,
+            dtype=target.dtype,
         )
 
     def args(self, saturate: bool) -> tuple:
@@ -100,43 +103,62 @@ class SmallFloatFormat:
 
         The kernel builds the byte as ``magnitude | sign``, so the format's special bytes must be
         magnitudes with the sign rule applied; checked here for every format ml_dtypes gives."""
+        import ml_dtypes
+
         # float4/float6 always saturate (their Inf maps to +/-max in the reference, whatever `saturate` says).
+        saturating = saturate or self.sign_shift < 7
         overflow_pos, overflow_neg = self.overflow_pos, self.overflow_neg
-        if saturate or self.sign_shift < 7:
+        if saturating:
             overflow_pos = self.max_code
             overflow_neg = self.max_code | (1 << self.sign_shift)
         sign_value = 1 << self.sign_shift
         shift = 23 - self.mbits  # float32 mantissa bits dropped
         min_normal_exponent = 1 - self.bias
-        # A tie at bit `shift` rounds up only from an odd code: half an ulp minus one, plus the odd bit.
-        # Re-biasing the exponent from float32's to the format's is folded into the same addition.
-        round_bias = (1 << (shift - 1)) - 1 - ((127 - self.bias) << 23)
-        # Below the smallest normal, codes count steps of 2**(min_normal_exponent - mbits): adding a power
-        # of two whose float32 ulp is that step rounds half to even in hardware; its bits then subtract.
-        subnormal_magic = np.float32(2.0 ** (min_normal_exponent - self.mbits + 23))
+        min_normal = (127 + min_normal_exponent) << 23  # float32 bits of the smallest normal
+        # Magnitudes are clamped first, to the largest finite value (saturating) or to the smallest float32
+        # that rounds past it, whose code is max_code + 1: the overflow byte (NaN or Inf) of every float8.
+        dtype = self.dtype
+        top = np.float32(ml_dtypes.finfo(dtype).max)
+        clamp = top
+        if not saturating:
+            if overflow_pos != self.max_code + 1:
+                raise AssertionError(f"{self}: the overflow code is not max_code + 1")
+            ulp = np.float32(2.0 ** (int(np.floor(np.log2(top))) - self.mbits))
+            tie = np.float32(top + ulp / 2)  # exact
+            with np.errstate(over="ignore"):
+                tie_rounds_down = np.array([tie]).astype(dtype).view(np.uint8)[0] == self.max_code
+            clamp = np.nextafter(tie, np.float32(np.inf)) if tie_rounds_down else tie
+        # The code is read off a float32 sum: magnitude + magic, where magic is a power of two 23 - mbits
+        # binades above the magnitude's (at least the smallest normal's), so the addition rounds the magnitude
+        # half to even at the format's step, in hardware. magic's mantissa field carries the code of the
+        # binade's first value, (binade - smallest normal binade) << mbits: an even number, which leaves the
+        # tie-breaking unchanged; the sum's low bits are then the code (a carry lands on the next binade's).
+        if self.mbits < 1:
+            raise AssertionError(f"{self}: the rounding needs at least one mantissa bit")
+        magic_offset = ((23 - self.mbits) << 23) - (min_normal >> shift)
+        # The sign is kept where `code & keep_mask` is non-zero, `code` being the sum's bits or, for NaN,
+        # `nan_code`, whose bits above the byte are markers (the byte store drops them).
         if self.signed_zero:
-            # The sign is kept except on a NaN of a type without NaN (float4/6: NaN -> +max).
-            keep_sign_low, keep_sign_span = 0, (0xFFFFFFFF if self.nan_neg != self.nan_pos else 0x7F800000)
+            # every sum has exponent bits: the sign stays, -0 included; on NaN only if the type has a NaN
+            # (float4/6 have none: NaN -> +max)
+            keep_mask = 0x7F800000
+            nan_code = self.nan_pos | (0x7F800000 if self.nan_neg != self.nan_pos else 0)
         else:
-            # FNUZ: no -0, so the sign goes where the magnitude rounds to 0, i.e. up to the tie at half the
-            # smallest subnormal (ties to even: to 0). NaN and overflow are 0x80 with or without it.
-            keep_sign_low = ((127 + min_normal_exponent - self.mbits - 1) << 23) + 1
-            keep_sign_span = 0xFFFFFFFF - keep_sign_low
-        nan_keeps_sign = (0x7FC00000 - keep_sign_low) % (1 << 32) <= keep_sign_span
+            # FNUZ: no -0, so the sign goes where the code is 0. NaN and overflow are 0x80 with or without it.
+            keep_mask = 0xFF
+            nan_code = self.nan_pos
+        nan_keeps_sign = nan_code & keep_mask != 0
         if overflow_neg != overflow_pos | sign_value or (
                 self.nan_neg != (self.nan_pos | sign_value if nan_keeps_sign else self.nan_pos)):
             raise AssertionError(f"{self}: special bytes are not magnitude | sign")
         return (
             np.int32(shift),
-            np.int32(round_bias),
-            subnormal_magic,
-            np.int32(subnormal_magic.view(np.int32)),
-            np.int32((127 + min_normal_exponent) << 23),  # float32 bits of the smallest normal
-            np.int32(overflow_pos),  # magnitude for a value beyond max_code (max, or NaN/Inf), <= nan_pos
-            np.int32(self.nan_pos),
+            np.int32(np.float32(clamp).view(np.int32)),
+            np.int32(min_normal),
+            np.int32(magic_offset),
+            np.int32(nan_code),
             np.int32(sign_value),
-            np.uint32(keep_sign_low),
-            np.uint32(keep_sign_span),
+            np.int32(keep_mask),
         )
 
 
@@ -279,30 +301,26 @@ if njit is not None:
         return types.int32(types.int32, types.int32), codegen
 
     @njit(cache=True, nogil=True)
-    def encode_small_float(v, shift, round_bias, subnormal_magic, subnormal_magic_bits, min_normal,
-                           overflow_magnitude, nan_magnitude, sign_value, keep_sign_low, keep_sign_span):
+    def encode_small_float(v, shift, clamp, min_normal, magic_offset, nan_code, sign_value, keep_mask):
         """The float8/6/4 byte for float32 ``v`` (see `SmallFloatFormat.args` for the parameters).
 
-        Normal range: round the float32 bits half to even at the target's last mantissa bit and shift the
-        code out (a carry into the exponent is the correct next binade). Below the smallest normal: add a
-        power of two whose ulp is the code step, and read the code off the sum's bits. Codes grow with the
-        magnitude, continuous across the boundary, so overflow is one minimum."""
+        One float32 addition rounds the magnitude half to even at the format's step, in the normal and the
+        subnormal range alike, and leaves the code in the sum's low bits: 13 vector instructions per 16
+        elements, where rounding the bits by integer arithmetic with a separate subnormal path took 17
+        (measured in L1 on one core, without the division: 3.36 -> 2.90 ns per 16 elements). Every float32
+        input gives the byte the previous encoder gave and the NumPy reference gives (all 2**32, offline)."""
         bits = np.float32(v).view(np.int32)
         magnitude = np.int32(bits & np.int32(0x7FFFFFFF))
-        odd = np.int32(_shift_right_u32(magnitude, shift) & np.int32(1))
-        code = _shift_right_u32(np.int32(np.int32(magnitude + round_bias) + odd), shift)
-        if magnitude < min_normal:
-            summed = np.float32(np.int32(magnitude).view(np.float32) + subnormal_magic)
-            code = np.int32(summed.view(np.int32) - subnormal_magic_bits)
-        code = min(code, overflow_magnitude)
+        clamped = min(magnitude, clamp)  # Inf too; NaN is replaced below
+        binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
+        magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift))
+        code = np.float32(np.int32(clamped).view(np.float32) + np.int32(magic).view(np.float32)).view(np.int32)
         if magnitude > np.int32(0x7F800000):
-            code = nan_magnitude
-        # sign kept iff keep_sign_low <= magnitude <= keep_sign_low + keep_sign_span (one unsigned compare)
-        keep = np.uint32(np.uint32(magnitude) - keep_sign_low) <= keep_sign_span
+            code = nan_code
         negative = np.int32(bits >> np.int32(31))  # all ones or zero
-        if not keep:
+        if np.int32(code & keep_mask) == np.int32(0):
             negative = np.int32(0)
-        return np.uint8(code | (negative & sign_value))
+        return np.uint8(code | (negative & sign_value))  # the low byte: the sum's exponent bits drop out
 
     @njit(cache=True, nogil=True)
     def decode_small_float(v, sign_value, shift, rebias, subnormal_limit, subnormal_scale, special_min,
