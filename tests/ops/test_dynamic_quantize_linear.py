@@ -89,6 +89,24 @@ def test_all_zero_input():
     assert_outputs_equal((got[0], got[2]), (onnxruntime[0], onnxruntime[2]))
 
 
+@pytest.mark.parametrize("values", [[1.15e-43], [-1.15e-43], [1.7e-43, -1e-45, 0.0], [127 * 2.0**-149, 0.0, -0.0],
+                                    [-(126 * 2.0**-149), 2.0**-149]])
+def test_scale_underflowing_to_zero_matches_both_peers(values):
+    """A non-zero range of at most 127 * 2**-149: (max - min) / 255 rounds to 0, and the spec's zero point is
+    qmin - min / 0 (+Inf, or 0/0). Both peers give scale 0, zero point 255, y 255 where x > 0, else 0; so does
+    qlinear (docs/semantics.md, DynamicQuantizeLinear row 28). One step wider, the scale is 2**-149."""
+    x = np.array(values, f32)
+    got = dynamic_quantize_linear(x)
+    assert got[1] == 0
+    assert_outputs_equal(got, run_reference(model_of(x), x))
+    assert_outputs_equal(got, run_onnxruntime(model_of(x), x))
+    wider = np.array([128 * 2.0**-149, 0.0], f32)
+    got = dynamic_quantize_linear(wider)
+    assert got[1] == f32(2.0**-149)
+    assert_outputs_equal(got, run_reference(model_of(wider), wider))
+    assert_outputs_equal(got, run_onnxruntime(model_of(wider), wider))
+
+
 def test_empty_input():
     y, scale, zero_point = dynamic_quantize_linear(np.zeros((0, 3), f32))
     assert y.shape == (0, 3) and y.dtype == np.uint8

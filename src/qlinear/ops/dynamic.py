@@ -15,7 +15,9 @@ def dynamic_quantize_linear(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Returns ``(y, y_scale, y_zero_point)``: uint8 of x's shape, a 0-d float32 and a 0-d uint8. The range is
     widened to include 0. An all-zero (or empty) x, where the spec's formula divides 0 by 0, gives scale
-    1/255 as the onnx reference does (onnxruntime gives 1.0); y and the zero point are 0 either way.
+    1/255 as the onnx reference does (onnxruntime gives 1.0); y and the zero point are 0 either way. A non-zero
+    range below 128 * 2**-149, whose scale underflows to 0, gives what both peers give: scale 0, zero point 255,
+    y 255 where x > 0, else 0.
     NaN and infinite values are rejected, and so is a range ``max(x, 0) - min(x, 0)`` that overflows float32
     (beyond 3.4e38): the spec's scale would be infinite and every output 0.
     """
