@@ -795,8 +795,16 @@ def _check_dequantize_linear_matches_reference(case, arrays):
         expected = peer.run(x)
         if odd_zero_point:
             y_without, y_formula = without.run(x), composed.run(x)
+        promoted = _int32_zero_point_products(case, x, expected.dtype)
         for implementation, actual in outputs:
             check = Explained(case, "reference", x, actual, expected, implementation)
+            if promoted is not None:
+                in_float64, in_float32 = promoted
+                def product_in_float64(mask):
+                    assert same_bits(expected, in_float64)[mask].all(), _show(case, x, mask, peer=expected)
+                    assert same_bits(actual, in_float32)[mask].all(), _show(case, x, mask, qlinear=actual)
+                check.claim("int32 x with a zero point: the reference's product is float64 (NumPy promotion)",
+                            ~same_bits(in_float64, in_float32), product_in_float64)
             if odd_zero_point:  # float4, and float8 zero points in (-1, 1): the reference ignores them
                 def ignored(mask):
                     assert same_bits(expected, y_without)[mask].all()
@@ -804,6 +812,20 @@ def _check_dequantize_linear_matches_reference(case, arrays):
                                                                            formula=y_formula)
                 check.claim(f"{case.quantized[:6]} zero point ignored", np.ones(x.shape, bool), ignored)
             check.done()
+
+
+def _int32_zero_point_products(case, x, output_dtype):
+    """For int32 x with a zero point: the reference's result, float32(x) - zero point in float64 (NumPy promotes
+    float32 - int32 to float64) times the scale, rounded once to the output; and qlinear's (docs/semantics.md,
+    row 15): the exact x - zero point in float32 times the scale in float32, rounded once more. None otherwise."""
+    if case.x_type != "int32" or case.zero_point is None:
+        return None
+    scale = case.expand(case.scale)
+    zero_point = case.expand(case.zero_point).astype(np.int64)
+    with np.errstate(all="ignore"):
+        in_float64 = (x.astype(np.float32).astype(np.float64) - zero_point) * scale.astype(np.float64)
+        in_float32 = (x.astype(np.int64) - zero_point).astype(np.float32) * scale.astype(np.float32)
+        return in_float64.astype(output_dtype), in_float32.astype(output_dtype)
 
 
 @settings(max_examples=EXAMPLES)
