@@ -333,3 +333,39 @@ def test_nan_times_nan_keeps_x_nan(granularity, output):
     negative = np.signbit(fast.astype(np.float32))
     assert np.isnan(fast.astype(np.float32)).all()
     np.testing.assert_array_equal(negative, np.signbit(codes.astype(np.float32)))
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "block"])
+@pytest.mark.parametrize("zp_code", [0x7F, 0xFF])
+def test_quantize_nan_zero_point_keeps_x_nan(granularity, zp_code):
+    """QuantizeLinear to float8 with NaN zero points (both signs): where x / scale is NaN too, the byte is x's
+    NaN (its sign), as the reference's q + zero_point gives it; elsewhere the zero point's NaN. The kernel adds
+    without a NaN check only when no zero point is NaN."""
+    x = np.array([np.nan, -np.nan, 1.0, -1.0, 0.0, -0.0, np.inf, -np.inf] * 64, np.float32).reshape(4, 128)
+    if granularity == "tensor":
+        zp = np.array(zp_code, np.uint8).view(ml_dtypes.float8_e4m3fn)
+        fast, slow = _both(qlinear.quantize_linear, False, x, np.float32(0.5), zp)
+    else:
+        codes = np.tile(np.array([zp_code, 0x00, 0x38, zp_code ^ 0x80], np.uint8), 32).reshape(4, 32)
+        fast, slow = _both(qlinear.quantize_linear, False, x, np.full((4, 32), 0.5, np.float32),
+                           codes.view(ml_dtypes.float8_e4m3fn), axis=1, block_size=4)
+    _assert_identical(fast, slow)
+    nan_x = np.isnan(x)
+    np.testing.assert_array_equal(fast.view(np.uint8)[nan_x], np.where(np.signbit(x[nan_x]), 0xFF, 0x7F))
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "block"])
+def test_dequantize_nan_zero_point_keeps_x_nan(granularity):
+    """DequantizeLinear of float8 NaN codes (both signs) with NaN zero points: x's NaN (its sign), in the kernel
+    and in the reference."""
+    codes = np.array([0x7F, 0xFF, 0x38, 0xB8] * 256, np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(4, 256)
+    if granularity == "tensor":
+        zp = np.array(0xFF, np.uint8).view(ml_dtypes.float8_e4m3fn)
+        fast, slow = _both(qlinear.dequantize_linear, False, codes, np.float32(0.5), zp)
+    else:
+        zp = np.tile(np.array([0x7F, 0xFF, 0x00], np.uint8), 86)[:128].reshape(4, 32).view(ml_dtypes.float8_e4m3fn)
+        fast, slow = _both(qlinear.dequantize_linear, False, codes, np.full((4, 32), 0.5, np.float32), zp,
+                           axis=1, block_size=8)
+    _assert_identical(fast, slow)
+    nan_x = np.isnan(codes.astype(np.float32))
+    np.testing.assert_array_equal(np.signbit(fast[nan_x]), np.signbit(codes.astype(np.float32)[nan_x]))

@@ -228,8 +228,11 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     if not output.is_small_float:
         return None
     fmt = _small_float_args(output, bool(saturate))
-    add_zp = y_zero_point is not None
-    zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False) if add_zp else np.zeros(scale.size, carrier)
+    if y_zero_point is None:
+        zp, add_zp = np.zeros(scale.size, carrier), nb.ZP_NONE
+    else:
+        zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False)
+        add_zp = nb.ZP_ADD_NAN if np.isnan(zp).any() else nb.ZP_ADD
     threads.run_chunked(nb._q_float_serial, n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
     return out
 

@@ -50,8 +50,10 @@ def quantize_linear(
     # float8/float6/float4: the rounding is the conversion itself; the zero point (usually 0) is
     # added in the division precision, as the formula says (so -0 + 0 gives +0, as the official
     # case test_quantizelinear_float4e2m1 expects).
+    # NaN plus NaN (a NaN zero point): the quotient's NaN, whatever the broadcasting (docs/semantics.md, K3).
     if y_zero_point is not None:
-        quotient = quotient + granularity.expand(y_zero_point).astype(precision)
+        zero_point = granularity.expand(y_zero_point).astype(precision)
+        quotient = np.where(np.isnan(quotient), quotient, quotient + zero_point)
     return to_small_float(quotient, output, saturate)
 
 
@@ -75,8 +77,8 @@ def dequantize_linear(
         dx = dx.astype(np.float32)
     else:
         dx = x.astype(np.float32)
-        if x_zero_point is not None:
-            dx = dx - granularity.expand(x_zero_point).astype(np.float32)
+        if x_zero_point is not None:  # NaN minus NaN: x's NaN, as below
+            dx = np.where(np.isnan(dx), dx, dx - granularity.expand(x_zero_point).astype(np.float32))
     # The product is taken in float32 and rounded once more to a float16/bfloat16 output, as both
     # onnx peers do (docs/semantics.md, row 15).
     product = dx * scale
