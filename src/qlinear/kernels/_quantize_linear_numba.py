@@ -176,15 +176,18 @@ def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, ta
                     # a run of short whole segments (blocked along the last axis): one pair of slices for the
                     # whole run, indexed with unsigned offsets, so the per-block loops vectorise. Slicing per
                     # block cost ~28 cycles a block in numba's reference counting: f32 -> int8 in blocks of 32,
-                    # 16M elements on 1 thread, 7.7 -> 4.9 ms. No prefetch here: requesting the lines ahead
-                    # (per segment or per 128 elements) made these loops slower on 2 threads (int8 blocks of
-                    # 32, 16M elements: 2.40 -> 2.55 ms; float4 2.86 -> 3.24 ms; dequantize int4 1.94 -> 2.34 ms)
+                    # 16M elements on 1 thread, 7.7 -> 4.9 ms. The input's lines are requested ahead once per
+                    # BLOCK elements, as in `_q_int_run` (see `_prefetch` for the measurements).
                     count = (end - j) // seg_len
                     n = count * seg_len
                     xs, os = x[i:i + n], out[i:i + n]
+                    ahead = 0
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
+                        if c * seg_len >= ahead:
+                            prefetch_ahead(x, i + ahead, BLOCK)
+                            ahead += BLOCK
                         b = np.uint64(c * seg_len)
                         for k in range(seg_len):
                             os[b + np.uint64(k)] = _q_int_one(xs[b + np.uint64(k)], sv, zv, tag, lo, hi, mask)
@@ -260,9 +263,13 @@ def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
                     count = (end - j) // seg_len
                     n = count * seg_len
                     xs, os = x[i:i + n], out[i:i + n]
+                    ahead = 0
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
+                        if c * seg_len >= ahead:
+                            prefetch_ahead(x, i + ahead, BLOCK)
+                            ahead += BLOCK
                         b = np.uint64(c * seg_len)
                         for k in range(seg_len):
                             os[b + np.uint64(k)] = _q_float_one(xs[b + np.uint64(k)], sv, zv, tag, add_zp, fmt)
@@ -334,9 +341,14 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
                     count = (end - j) // seg_len
                     n = count * seg_len
                     xs, os = x[i:i + n], out[i:i + n]
+                    ahead = 0
                     for c in range(count):
                         sv = s[off + seg + c]
                         zv = zp[off + seg + c]
+                        if c * seg_len >= ahead:
+                            prefetch_ahead(x, i + ahead, BLOCK)
+                            prefetch_ahead(out, i + ahead, BLOCK, True)
+                            ahead += BLOCK
                         b = np.uint64(c * seg_len)
                         for k in range(seg_len):
                             os[b + np.uint64(k)] = from_f32(

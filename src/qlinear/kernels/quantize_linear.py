@@ -29,7 +29,8 @@ per segment (per-tensor, per-axis with the axis not last, blocked along the last
 (per-axis along the last axis, blocked along any other axis). Any element range can be processed on
 its own, so `threads.run_chunked` splits [0, n) between threads (the serial kernels release the GIL).
 Long runs and per-element rows are walked in blocks of 128 elements, requesting the cache lines 8 KB ahead
-(`_prefetch`, which gives the measurements): on one core the hardware prefetchers left the memory idle.
+(`_prefetch`, which gives the measurements): on one core the hardware prefetchers left the memory idle. Runs
+of short segments request them once per 128 elements too.
 """
 
 from __future__ import annotations
