@@ -207,18 +207,32 @@ def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
 
 
 # -- quantize, float8/6/4 output
-# add_zp: how the zero point is added. When no zero point is NaN the plain addition is the reference's
-# (a NaN quotient stays that NaN whichever operand LLVM puts first), one instruction fewer per 16 elements.
-ZP_NONE, ZP_ADD, ZP_ADD_NAN = 0, 1, 2
+# How the zero point is added, chosen by the argument's type (so at compile time: a runtime choice left a
+# branch in every vector iteration): none; the plain sum, when no zero point is NaN (a NaN quotient is then
+# the sum whichever operand LLVM puts first); the quotient where it is NaN (NaN + NaN: x86 returns the first
+# operand, as the reference gets it, and LLVM may commute the addition).
+ZP_NONE, ZP_ADD, ZP_ADD_NAN = None, np.int8(0), np.uint8(0)
+
+
+def add_zero_point(q, zv, rule, tag):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(add_zero_point, jit_options=_JIT)
+def _add_zero_point(q, zv, rule, tag):
+    if isinstance(rule, nbtypes.NoneType):
+        return lambda q, zv, rule, tag: q
+    if rule == nbtypes.int8:
+        return lambda q, zv, rule, tag: to_precision(q + zv, tag)
+    if rule == nbtypes.uint8:
+        return lambda q, zv, rule, tag: q if q != q else to_precision(q + zv, tag)
+    return None
+
+
 @njit(**_JIT)
 def _q_float_one(xv, sv, zv, tag, add_zp, fmt):
     q = to_precision(to_precision(load_value(xv), tag) / sv, tag)
-    if add_zp == ZP_ADD:
-        q = to_precision(q + zv, tag)  # at most one NaN operand: the sum is that NaN in either order
-    elif add_zp == ZP_ADD_NAN:
-        # LLVM may commute the addition; x86 returns the first NaN operand, as the reference gets it
-        q = q if q != q else to_precision(q + zv, tag)
-    return encode_small_float(f32_round_to_odd(q), *fmt)
+    return encode_small_float(f32_round_to_odd(add_zero_point(q, zv, add_zp, tag)), *fmt)
 
 
 @njit(**_JIT)
