@@ -31,7 +31,9 @@ per `BLOCK` elements, between blocks. Measured the same way (x of shape (16384, 
 | Q float32 -> int8 | 7.9 -> 5.3 | 2.66 -> 2.24 |
 | DQ int4 -> float32 (output lines requested too; without them 8.4 and 2.21) | 9.2 -> 6.8 | 4.99 -> 3.73 |
 
-(An earlier form, which requested the lines of every segment, or of a whole row at once, made 2 threads slower.)
+(The previous session measured its forms, requesting the lines per segment, per 128 elements or per row, as
+slower on 2 threads, e.g. int8 2.40 -> 2.55 ms. That code was not kept, so why this form differs is not
+established; this one was faster on 1 and 2 threads in every A/B run above.)
 
 A prefetch is a hint: it changes no result, and it never faults (the addresses are kept inside the array
 anyway).
