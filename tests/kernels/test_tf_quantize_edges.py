@@ -176,3 +176,20 @@ def test_large_edges_on_threads(monkeypatch, mode, round_mode):
             info = np.iinfo(TYPES[T])
             q = rng.integers(info.min, info.max, n, endpoint=True, dtype=np.int64).astype(TYPES[T])
             _compare(monkeypatch, qlinear.tf.dequantize, q, F32(-3), F32(5), mode=mode)
+
+
+@pytest.mark.parametrize("mode,round_mode", [m for m in MODES if m[0] != "MIN_FIRST"])
+def test_per_axis_rows_longer_than_a_prefetch_block(monkeypatch, mode, round_mode):
+    """Per-axis along the last axis with 300 slices: each row is walked in blocks of 128 (plus a short one), with
+    the reference's ranges repeated along it and special values in every block."""
+    reps = -(-300 // len(RANGES))
+    mins, maxs = np.tile(RANGES[:, 0], reps)[:300].copy(), np.tile(RANGES[:, 1], reps)[:300].copy()
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((20, 300)) * 10 ** rng.uniform(-3, 4, (20, 300))).astype(np.float32)
+    x.reshape(-1)[rng.integers(0, x.size, 400)] = rng.choice(SPECIAL, 400)
+    for T in TYPES:
+        _compare(monkeypatch, qlinear.tf.quantize_v2, x, mins, maxs, T, mode=mode, round_mode=round_mode, axis=1)
+        info = np.iinfo(TYPES[T])
+        q = rng.integers(info.min, info.max, (20, 300), endpoint=True, dtype=np.int64).astype(TYPES[T])
+        if round_mode == "HALF_AWAY_FROM_ZERO":
+            _compare(monkeypatch, qlinear.tf.dequantize, q, mins, maxs, mode=mode, axis=1)

@@ -198,11 +198,18 @@ def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_va
 
 @njit(inline="always", **_JIT)
 def _quantize_last_axis_loop(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, row_start, row_stop):
+    # rows in blocks with the input prefetched ahead, as `_quantize_run`
     for r in range(row_start, row_stop):
-        xs = x[r * slices:(r + 1) * slices]
-        os = out[r * slices:(r + 1) * slices]
-        for k in range(slices):
-            os[k] = _quantize_one(xs[k], mode, a[k], b[k], c[k], half_range, lower, upper, nan_value)
+        i = r * slices
+        xs = x[i:i + slices]
+        os = out[i:i + slices]
+        for first in range(0, slices, BLOCK):
+            m = min(BLOCK, slices - first)
+            prefetch_ahead(x, i + first, m)
+            u = np.uint64(first)
+            for k in range(m):
+                e = u + np.uint64(k)
+                os[e] = _quantize_one(xs[e], mode, a[e], b[e], c[e], half_range, lower, upper, nan_value)
 
 
 @njit(**_JIT)
@@ -284,10 +291,17 @@ def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices
 def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop):
     use_512_bit_vectors()
     for r in range(row_start, row_stop):
-        qs = q[r * slices:(r + 1) * slices]
-        os = out[r * slices:(r + 1) * slices]
-        for k in range(slices):
-            os[k] = _dequantize_one(qs[k], mode, a[k], b[k], half)
+        i = r * slices
+        qs = q[i:i + slices]
+        os = out[i:i + slices]
+        for first in range(0, slices, BLOCK):
+            m = min(BLOCK, slices - first)
+            prefetch_ahead(q, i + first, m)
+            prefetch_ahead(out, i + first, m, True)
+            u = np.uint64(first)
+            for k in range(m):
+                e = u + np.uint64(k)
+                os[e] = _dequantize_one(qs[e], mode, a[e], b[e], half)
 
 
 @njit(**_JIT)
