@@ -354,6 +354,37 @@ def test_quantize_nan_zero_point_keeps_x_nan(granularity, zp_code):
     np.testing.assert_array_equal(fast.view(np.uint8)[nan_x], np.where(np.signbit(x[nan_x]), 0xFF, 0x7F))
 
 
+SMALL_FLOAT_OUTPUTS = [t for t in dtypes.TYPES if t.is_small_float]
+
+
+@pytest.mark.parametrize("output", SMALL_FLOAT_OUTPUTS, ids=lambda t: t.onnx_name)
+def test_byte_zero_is_positive_zero(output):
+    """The driver reads an all-zero-bytes zero point as +0 without converting it (ml_dtypes is the oracle)."""
+    value = np.zeros(1, np.uint8).view(output.dtype).astype(np.float32)[0]
+    assert value == 0 and not np.signbit(value)
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "block"])
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("output", SMALL_FLOAT_OUTPUTS, ids=lambda t: t.onnx_name)
+def test_quantize_zero_zero_point_turns_negative_zero_positive(output, saturate, granularity):
+    """Zero points that are all +0 take a rule that never reads them but still adds +0: -0 (and a negative
+    quotient too small to be non-zero) becomes +0 as in the reference's q + zero_point, so a signed-zero format
+    writes 0x00 where the same call without a zero point writes the sign."""
+    x = np.array([-0.0, 0.0, -1e-45, -1e-30, -1.0, 1.0, np.nan, -np.inf] * 64, np.float32).reshape(4, 128)
+    if granularity == "tensor":
+        scale, zp, kw = np.float32(0.5), np.zeros((), output.dtype), {}
+    else:
+        scale, zp, kw = np.full((4, 32), 0.5, np.float32), np.zeros((4, 32), output.dtype), dict(axis=1, block_size=4)
+    fast, slow = _both(qlinear.quantize_linear, False, x, scale, zp, saturate=saturate, **kw)
+    _assert_identical(fast, slow)
+    assert fast.view(np.uint8)[0, 0] == 0  # -0 + 0 is +0
+    if np.zeros(1, np.float32).astype(output.dtype).view(np.uint8)[0] != np.float32(-0.0).astype(output.dtype).view(np.uint8):
+        unsigned, _ = _both(qlinear.quantize_linear, False, x, scale, None, saturate=saturate,
+                            output_dtype=output.onnx_name, **kw)
+        assert unsigned.view(np.uint8)[0, 0] != 0  # without a zero point the sign stays
+
+
 @pytest.mark.parametrize("granularity", ["tensor", "block"])
 def test_dequantize_nan_zero_point_keeps_x_nan(granularity):
     """DequantizeLinear of float8 NaN codes (both signs) with NaN zero points: x's NaN (its sign), in the kernel

@@ -208,10 +208,12 @@ def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
 
 # -- quantize, float8/6/4 output
 # How the zero point is added, chosen by the argument's type (so at compile time: a runtime choice left a
-# branch in every vector iteration): none; the plain sum, when no zero point is NaN (a NaN quotient is then
-# the sum whichever operand LLVM puts first); the quotient where it is NaN (NaN + NaN: x86 returns the first
-# operand, as the reference gets it, and LLVM may commute the addition).
-ZP_NONE, ZP_ADD, ZP_ADD_NAN = None, np.int8(0), np.uint8(0)
+# branch in every vector iteration): none; + 0 when every zero point is +0 (which still turns -0 into +0, as
+# the reference's addition does; the zero points are never read, so the driver converts none); the plain sum,
+# when no zero point is NaN (a NaN quotient is then the sum whichever operand LLVM puts first); the quotient
+# where it is NaN (NaN + NaN: x86 returns the first operand, as the reference gets it, and LLVM may commute
+# the addition).
+ZP_NONE, ZP_ZERO, ZP_ADD, ZP_ADD_NAN = None, np.int16(0), np.int8(0), np.uint8(0)
 
 
 def add_zero_point(q, zv, rule, tag):  # pragma: no cover
@@ -222,6 +224,10 @@ def add_zero_point(q, zv, rule, tag):  # pragma: no cover
 def _add_zero_point(q, zv, rule, tag):
     if isinstance(rule, nbtypes.NoneType):
         return lambda q, zv, rule, tag: q
+    if rule == nbtypes.int16:  # q's own type: a float64 0 would widen a float32 q
+        if q == nbtypes.float32:
+            return lambda q, zv, rule, tag: to_precision(q + np.float32(0), tag)
+        return lambda q, zv, rule, tag: to_precision(q + np.float64(0), tag)
     if rule == nbtypes.int8:
         return lambda q, zv, rule, tag: to_precision(q + zv, tag)
     if rule == nbtypes.uint8:

@@ -229,8 +229,12 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     if not output.is_small_float:
         return None
     fmt = _small_float_args(output, bool(saturate))
+    # The rules that never read a zero point get the scales in its place: no array to allocate or convert
+    # (converting 512K float4 zero points to float32 took 0.35 ms through ml_dtypes).
     if y_zero_point is None:
-        zp, add_zp = np.zeros(scale.size, carrier), nb.ZP_NONE
+        zp, add_zp = scale, nb.ZP_NONE
+    elif not _flat(y_zero_point).view(np.uint8).any():  # byte 0 is +0 in every float8/6/4 format
+        zp, add_zp = scale, nb.ZP_ZERO
     else:
         zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False)
         add_zp = nb.ZP_ADD_NAN if np.isnan(zp).any() else nb.ZP_ADD
