@@ -355,6 +355,50 @@ def test_quantize_nan_zero_point_keeps_x_nan(granularity, zp_code):
 
 
 SMALL_FLOAT_OUTPUTS = [t for t in dtypes.TYPES if t.is_small_float]
+ONE_BYTE_ML_DTYPES = [t for t in dtypes.TYPES if t.dtype.itemsize == 1 and t.dtype.kind not in "iub"]
+
+
+@pytest.mark.parametrize("source", ONE_BYTE_ML_DTYPES, ids=lambda t: t.onnx_name)
+@pytest.mark.parametrize("chain", [(np.float32,), (np.float16, np.float32), (ml_dtypes.bfloat16, np.float32),
+                                   (np.float64,), (np.int32,)], ids=lambda c: "-".join(np.dtype(d).name for d in c))
+def test_parameter_tables_convert_as_astype(source, chain):
+    """Large 1-byte parameter arrays (float8/6/4 zero points, e8m0 scales) are converted through a table of every
+    code; the values, NaN bits included, are ml_dtypes' own astype of the same array."""
+    if np.dtype(chain[0]).kind == "i" and not source.is_integer:
+        pytest.skip("integer chains are for integer types")
+    codes = np.tile(np.arange(256, dtype=np.uint8), 9)  # above the table threshold
+    if source.bits < 8:
+        codes &= (1 << source.bits) - 1
+    array = codes.view(source.dtype).reshape(36, 64)
+    chain = tuple(np.dtype(d) for d in chain)
+    expected = array.reshape(-1)
+    with np.errstate(all="ignore"):
+        for dtype in chain:
+            expected = expected.astype(dtype)
+        got = kernels._converted(array, *chain)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+def test_blocked_parameters_past_the_table_threshold_match_the_reference():
+    """Q to float8 with 4096 non-zero float8 zero points, DQ of float4 with 4096 e8m0 scales, DQ of float8 with
+    float8 zero points: kernel and reference alike."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 2048)) * 20).astype(np.float32)
+    zp = rng.integers(0, 256, (64, 64)).astype(np.uint8)
+    zp[(zp & 0x7F) == 0x7F] = 0x01  # no NaN zero points
+    zp = zp.view(ml_dtypes.float8_e4m3fn)
+    scales = (0.05 + rng.random((64, 64))).astype(np.float32)
+    fast, slow = _both(qlinear.quantize_linear, True, x, scales, zp, axis=1, block_size=32)
+    _assert_identical(fast, slow)
+    codes = rng.integers(0, 16, (64, 2048)).astype(np.uint8).view(ml_dtypes.float4_e2m1fn)
+    e8m0 = rng.integers(100, 150, (64, 64)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    fast, slow = _both(qlinear.dequantize_linear, True, codes, e8m0, None, axis=1, block_size=32,
+                       output_dtype="float")
+    _assert_identical(fast, slow)
+    f8 = rng.integers(0, 256, (64, 2048)).astype(np.uint8).view(ml_dtypes.float8_e4m3fn)
+    fast, slow = _both(qlinear.dequantize_linear, True, f8, scales, zp, axis=1, block_size=32)
+    _assert_identical(fast, slow)
 
 
 @pytest.mark.parametrize("output", SMALL_FLOAT_OUTPUTS, ids=lambda t: t.onnx_name)

@@ -386,3 +386,13 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
 @njit(**_JIT)
 def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop):
     _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop)
+
+
+# -- parameters
+@njit(**_JIT)
+def _widen_codes_serial(codes, table, out, start, stop):
+    """out[i] = table[codes[i]]: a 1-byte parameter array through its 256-entry conversion table."""
+    use_512_bit_vectors()
+    cs, os = codes[start:stop], out[start:stop]
+    for i in range(cs.size):
+        os[i] = table[cs[i]]

@@ -189,6 +189,35 @@ def _small_float_args(output: ElementType, saturate: bool) -> tuple:
     return args
 
 
+_CODE_TABLES: dict[tuple, np.ndarray] = {}  # (1-byte dtype, conversion chain) -> the chain applied to every code
+_TABLE_FROM = 1024  # below this many values astype is as fast as any table
+
+
+def _converted(array: np.ndarray, *chain: np.dtype) -> np.ndarray:
+    """``array`` flattened and converted through ``chain`` (astype after astype), as `astype` would.
+
+    ml_dtypes converts its 1-byte types (float8/6/4 zero points, float8e8m0 scales) element by element:
+    2.3-3.7 ms for 512K float8 codes, the blocks of 32 of a 16M-element tensor, as long as the kernel itself.
+    Those go through a 256-entry table holding the same conversions of every code (so the same values, NaN
+    payloads included), looked up by a numba loop (0.14 ms)."""
+    flat = _flat(array)
+    if flat.dtype.itemsize != 1 or flat.size < _TABLE_FROM or flat.dtype.kind in "iub":
+        for dtype in chain:
+            flat = flat.astype(dtype, copy=False)
+        return flat
+    key = (flat.dtype, chain)
+    table = _CODE_TABLES.get(key)
+    if table is None:
+        table = np.arange(256, dtype=np.uint8).view(flat.dtype)
+        with np.errstate(all="ignore"):
+            for dtype in chain:
+                table = table.astype(dtype)
+        _CODE_TABLES[key] = table
+    out = np.empty(flat.size, table.dtype)
+    threads.run_chunked(_numba()._widen_codes_serial, flat.size, flat.view(np.uint8), table, out)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- public
 def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: ElementType, saturate: bool,
                     precision: np.dtype):
@@ -206,7 +235,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     if n == 0:
         return out
     geometry = _layout(granularity, n)
-    scale = _flat(y_scale).astype(precision, copy=False).astype(carrier, copy=False)  # no copy for float32
+    scale = _converted(y_scale, precision, carrier)  # no copy for float32
     xin = _flat(x)
     view = _Q_INPUT_VIEW[x.dtype]
     if view is not None:
@@ -236,7 +265,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     elif not _flat(y_zero_point).view(np.uint8).any():  # byte 0 is +0 in every float8/6/4 format
         zp, add_zp = scale, nb.ZP_ZERO
     else:
-        zp = _flat(y_zero_point).astype(precision).astype(carrier, copy=False)
+        zp = _converted(y_zero_point, precision, carrier)
         add_zp = nb.ZP_ADD_NAN if np.isnan(zp).any() else nb.ZP_ADD
     threads.run_chunked(nb._q_float_serial, n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
     return out
@@ -281,7 +310,7 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
     if n == 0:
         return out
     geometry = _layout(granularity, n)
-    scale = _flat(x_scale).astype(np.float32, copy=False)
+    scale = _converted(x_scale, _F32)
     out_flat = out.reshape(-1)
     view = _STORAGE_VIEW[output.dtype]
     out_k = out_flat.view(view) if view is not None else out_flat
@@ -292,6 +321,6 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
     if constants is None:
         return None
     zp_type, mask, sign, decoder = constants
-    zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _flat(x_zero_point).astype(zp_type)
+    zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _converted(x_zero_point, zp_type)
     threads.run_chunked(_numba()._dq_serial, n, xin, scale, zp, out_k, *geometry, mask, sign, decoder)
     return out
