@@ -282,6 +282,26 @@ def test_concurrent_calls_from_threads():
         _assert_identical(g, e)
 
 
+def test_concurrent_calls_with_table_converted_parameters():
+    """Threads converting large 1-byte parameter arrays (float8 zero points, e8m0 scales) through the shared code
+    tables at the same time, first use included, get the reference's results."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((32, 4096)) * 10).astype(np.float32)
+    scales = (0.05 + rng.random((32, 128))).astype(np.float32)
+    zp = rng.integers(0, 0x7E, (32, 128)).astype(np.uint8).view(ml_dtypes.float8_e5m2)
+    codes = rng.integers(0, 64, (32, 4096)).astype(np.uint8).view(ml_dtypes.float6_e2m3fn)
+    e8m0 = rng.integers(110, 140, (32, 128)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    calls = [lambda: qlinear.quantize_linear(x, scales, zp, axis=1, block_size=32),
+             lambda: qlinear.dequantize_linear(codes, e8m0, None, axis=1, block_size=32, output_dtype="float")]
+    with kernels.use_kernels(False), np.errstate(all="ignore"):
+        expected = [call() for call in calls]
+    kernels._CODE_TABLES.clear()
+    with ThreadPoolExecutor(4) as pool, np.errstate(all="ignore"):
+        got = list(pool.map(lambda i: calls[i % 2](), range(16)))
+    for i, g in enumerate(got):
+        _assert_identical(g, expected[i % 2])
+
+
 def test_concurrent_calls_under_the_workqueue_layer():
     """numba's workqueue layer aborts on concurrent parallel calls; qlinear serialises them."""
     script = textwrap.dedent(
