@@ -11,7 +11,8 @@ NumPy reference in `qlinear.reference.quantize_linear` takes):
 How the arithmetic stays the reference's
     - x is loaded in its own type (float16/bfloat16 as raw bits, widened exactly) and rounded to the
       division precision; the scale and zero point, which are small, are converted to that precision
-      with NumPy before the loop, exactly as the reference converts them.
+      before the loop, exactly as the reference converts them (with NumPy; large 1-byte arrays, such as
+      float8 zero points or e8m0 scales per block, through a table of the same conversions, `_converted`).
     - float32 precision divides in float32 (``vdivps``; never a reciprocal multiply); float16 and
       bfloat16 divide in float32 and round the quotient once to the narrow type, which is their correctly
       rounded division (24 >= 2p + 2); float64 divides in float64.
