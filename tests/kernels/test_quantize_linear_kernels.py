@@ -378,14 +378,17 @@ SMALL_FLOAT_OUTPUTS = [t for t in dtypes.TYPES if t.is_small_float]
 ONE_BYTE_ML_DTYPES = [t for t in dtypes.TYPES if t.dtype.itemsize == 1 and t.dtype.kind not in "iub"]
 
 
-@pytest.mark.parametrize("source", ONE_BYTE_ML_DTYPES, ids=lambda t: t.onnx_name)
-@pytest.mark.parametrize("chain", [(np.float32,), (np.float16, np.float32), (ml_dtypes.bfloat16, np.float32),
-                                   (np.float64,), (np.int32,)], ids=lambda c: "-".join(np.dtype(d).name for d in c))
+_FLOAT_CHAINS = [(np.float32,), (np.float16, np.float32), (ml_dtypes.bfloat16, np.float32), (np.float64,)]
+_TABLE_CASES = [(t, chain) for t in ONE_BYTE_ML_DTYPES
+                for chain in _FLOAT_CHAINS + ([(np.int32,)] if t.is_integer else [])]
+
+
+@pytest.mark.parametrize("source, chain", _TABLE_CASES,
+                         ids=[f"{t.onnx_name}-{'-'.join(np.dtype(d).name for d in c)}" for t, c in _TABLE_CASES])
 def test_parameter_tables_convert_as_astype(source, chain):
-    """Large 1-byte parameter arrays (float8/6/4 zero points, e8m0 scales) are converted through a table of every
-    code; the values, NaN bits included, are ml_dtypes' own astype of the same array."""
-    if np.dtype(chain[0]).kind == "i" and not source.is_integer:
-        pytest.skip("integer chains are for integer types")
+    """Large 1-byte parameter arrays (float8/6/4 zero points, e8m0 scales, sub-byte integer zero points) are
+    converted through a table of every code; the values, NaN bits included, are ml_dtypes' own astype of the
+    same array."""
     codes = np.tile(np.arange(256, dtype=np.uint8), 9)  # above the table threshold
     if source.bits < 8:
         codes &= (1 << source.bits) - 1
@@ -444,9 +447,9 @@ def test_quantize_zero_zero_point_turns_negative_zero_positive(output, saturate,
     _assert_identical(fast, slow)
     assert fast.view(np.uint8)[0, 0] == 0  # -0 + 0 is +0
     if np.zeros(1, np.float32).astype(output.dtype).view(np.uint8)[0] != np.float32(-0.0).astype(output.dtype).view(np.uint8):
-        unsigned, _ = _both(qlinear.quantize_linear, False, x, scale, None, saturate=saturate,
-                            output_dtype=output.onnx_name, **kw)
-        assert unsigned.view(np.uint8)[0, 0] != 0  # without a zero point the sign stays
+        no_zero_point, _ = _both(qlinear.quantize_linear, False, x, scale, None, saturate=saturate,
+                                 output_dtype=output.onnx_name, **kw)
+        assert no_zero_point.view(np.uint8)[0, 0] != 0  # without a zero point the sign stays
 
 
 @pytest.mark.parametrize("granularity", ["tensor", "block"])
