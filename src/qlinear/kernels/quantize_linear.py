@@ -202,7 +202,7 @@ def _converted(array: np.ndarray, *chain: np.dtype) -> np.ndarray:
     Those go through a 256-entry table holding the same conversions of every code (so the same values, NaN
     payloads included), looked up by a numba loop (0.14 ms)."""
     flat = _flat(array)
-    if flat.dtype.itemsize != 1 or flat.size < _TABLE_FROM or flat.dtype.kind in "iub":
+    if flat.size < _TABLE_FROM or flat.dtype.itemsize != 1 or flat.dtype.kind in "iub":  # the common case first
         for dtype in chain:
             flat = flat.astype(dtype, copy=False)
         return flat
