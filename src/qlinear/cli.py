@@ -2,7 +2,7 @@
 
 Each subcommand registers itself in `build_parser` with one ``_add_<name>`` call; its parser sets
 ``run=<function(args) -> int>`` with ``set_defaults``, and `main` calls it. The work itself lives in
-modules (`qlinear.io`, `qlinear.calibrate`, `qlinear.report`), imported when the subcommand runs so
+modules (`qlinear.io`, `qlinear.calibrate`), imported when the subcommand runs so
 that ``qlinear --help`` stays fast and never imports onnx.
 
 User errors (bad file, unknown dtype, a tensor that cannot take the granularity, ...) are raised as
@@ -27,8 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 MAIN_EPILOG = """\
 examples:
-  qlinear quantize examples/digits_mlp.onnx --dtype int4 --block-size 32 -o /tmp/digits_mlp-int4.onnx
-  qlinear quantize model.safetensors --dtype int8 --granularity axis --axis 0 -o model-int8.safetensors
+  qlinear quantize examples/digits_mlp.onnx --dtype int4 -o /tmp/digits_mlp-int4.onnx --force
+  qlinear quantize model.safetensors --dtype int8 -o model-int8.safetensors
   qlinear dequantize model-int8.safetensors -o model-restored.safetensors
   qlinear conformance
 """
@@ -59,31 +59,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 QUANTIZE_EPILOG = """\
 examples:
-  qlinear quantize examples/digits_mlp.onnx --dtype int4 --block-size 32 -o /tmp/digits_mlp-int4.onnx
-  qlinear quantize weights.npz --dtype int8 --symmetric -o weights-int8.npz
-  qlinear quantize model.safetensors --dtype float8e4m3fn --granularity axis --axis 0 --exclude '*.bias'
+  qlinear quantize examples/digits_mlp.onnx --dtype int4 -o /tmp/digits_mlp-int4.onnx --force
+  qlinear quantize model.onnx --dtype int8 --eval lines.npz --task ctc
+  qlinear quantize weights.npz --dtype int8 -o weights-int8.npz
+  qlinear quantize model.safetensors --dtype float8e4m3fn --exclude '*.embed*'
+
+Defaults (what onnxruntime, NNCF and the GenAI model builder agree on):
+  which tensors  ONNX: the float weights of Conv, ConvTranspose, Gemm, MatMul (a constant operand),
+                 LSTM/GRU/RNN (W and R) and Gather (an embedding table), wherever they are stored:
+                 initializers, Constant nodes, the graphs of If/Loop/Scan, behind Cast/Transpose/
+                 Reshape/Slice/Concat/... chains. Tensor files: every float tensor of 2+ dimensions.
+                 Biases and 1-D tensors (norm scales) stay float; --include names others.
+  granularity    8- and 16-bit types: one scale per output channel (ONNX: the channel axis of the
+                 operator that reads the weight; tensor files: axis 0). 6 bits and fewer: blocks of 32
+                 along the reduction axis (tensor files: the last axis); per output channel where that
+                 axis is shorter than a block (depthwise convolutions).
+  symmetric      yes: signed types zero point 0 and the range [-qmax, qmax], unsigned the middle code
+                 (--asymmetric: min/max with a zero point); float8/6/4 are always symmetric.
+  opset          raised to what the type and granularity need (13 per channel, 19 float8 or float16
+                 scales, 21 int4/blocks, 23 float4, 25 int2), with onnx's version converter; the float
+                 model before and after is run on the same inputs first, and a conversion that changes
+                 its outputs is refused.
 
 Tensor files (.npy, .npz, .safetensors) are written in the same format (a .npy input gives a .npz):
 for each tensor NAME the quantized values (2/4-bit types in ONNX's packed layout), NAME.scale and
 NAME.zero_point, plus metadata so that `qlinear dequantize` restores the float tensors. ONNX models
-become QDQ models: each selected float initializer is replaced by a quantized initializer and a
-DequantizeLinear node (the opset is raised when the type or granularity needs it).
+become QDQ models: each quantized constant is replaced where it is stored by quantized values and a
+DequantizeLinear node that keeps its name. Models with external data are written with external data
+(OUTPUT.data beside OUTPUT), a tensor at a time.
 
 A .zarr store (one array, or a group of arrays) gives a .zarr store with the same three arrays per
 tensor, quantized values one element per byte (never packed, so chunks stay independent), through
 dask chunk by chunk: larger-than-memory arrays are fine. --chunks SIZE does the same for tensor files.
 
-Default axis: per-axis 0 and blocked the last axis for tensor files; for ONNX weights the output
-channel (per-axis) and the reduction dimension K (blocked) of the MatMul/Gemm/Conv that reads them.
+Labelled data (ONNX): a .npz with one array per model input (samples along the first axis) and
+'labels'; --task classify (argmax against integer labels), ctc (greedy CTC decoding with the model's
+'character' metadata against strings) or threshold (output > --threshold against 0/1 labels).
+--recurrent OUT=IN runs the samples as a sequence, feeding output OUT back to input IN (a state).
 """
 
 
 def _add_quantize(commands) -> None:
     p = commands.add_parser(
         "quantize", help="quantize a .npy/.npz/.safetensors file or an ONNX model",
-        description="Quantize every selected float tensor with scales and zero points calibrated from its "
-        "min/max (or absmax with --symmetric), per tensor, per axis or per block, then report the error and "
-        "the bytes saved.",
+        description="Quantize the weights of a model or tensor file with the exact ONNX QuantizeLinear "
+        "semantics (scales from each group's absmax, or min/max with --asymmetric), per output channel or in "
+        "blocks by default, then report the error, the bytes saved and, given labelled data, the task figure.",
         epilog=QUANTIZE_EPILOG, formatter_class=_FORMATTER,
     )
     p.add_argument("input", metavar="INPUT", help="a .npy, .npz, .safetensors or .onnx file, or a .zarr store")
@@ -93,23 +114,32 @@ def _add_quantize(commands) -> None:
                    help="the quantized type: int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8e4m3fn, "
                    "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, float6e2m3, float6e3m2")
     p.add_argument("--granularity", choices=("tensor", "axis", "block"),
-                   help="one scale per tensor, per slice along --axis, or per block of --block-size elements "
-                   "along --axis (default: block when --block-size is given, axis when --axis is given, else tensor)")
-    p.add_argument("--axis", type=int, metavar="N", help="the axis of per-axis or blocked quantization")
-    p.add_argument("--block-size", type=int, metavar="B", help="elements per block (blocked quantization)")
-    p.add_argument("--symmetric", action="store_true",
-                   help="integer types: scale from absmax, zero point 0 (signed) or the middle code (unsigned); "
-                   "float8/float4 are always symmetric")
+                   help="one scale per tensor, per slice along the axis, or per block along the axis (default: axis "
+                   "for 8- and 16-bit types, block for 6 bits and fewer; block when --block-size is given)")
+    p.add_argument("--axis", type=int, metavar="N",
+                   help="the axis of per-axis or blocked quantization, for every tensor (default: each tensor's "
+                   "output-channel axis, or its reduction axis for blocks)")
+    p.add_argument("--block-size", type=int, metavar="B", help="elements per block (default 32)")
+    scheme = p.add_mutually_exclusive_group()
+    scheme.add_argument("--symmetric", action="store_true",
+                        help="scale from absmax, zero point 0 (signed) or the middle code (unsigned): the default")
+    scheme.add_argument("--asymmetric", action="store_true",
+                        help="integer types: scale and zero point from min and max (0 widened into the range)")
     p.add_argument("--include", action="append", metavar="GLOB", default=[],
-                   help="quantize only tensors whose name matches (repeatable); for ONNX, any initializer")
+                   help="quantize only tensors whose name matches (repeatable), weights or not")
     p.add_argument("--exclude", action="append", metavar="GLOB", default=[],
                    help="never quantize tensors whose name matches (repeatable)")
     p.add_argument("--min-elements", type=int, metavar="N",
-                   help="leave tensors with fewer elements alone (default: 1024 for ONNX models, 1 for tensor files)")
+                   help="leave tensors with fewer elements alone (default 1)")
     p.add_argument("--eval", metavar="NPZ", dest="eval_data",
-                   help="ONNX: a .npz with one array per model input plus 'labels', to measure accuracy before and "
-                   "after (default: INPUT's stem + '.eval.npz' when that file exists)")
-    p.add_argument("--no-eval", action="store_true", help="ONNX: do not measure accuracy")
+                   help="ONNX: labelled data (one array per model input plus 'labels') to measure the task figure "
+                   "before and after (default: INPUT's stem + '.eval.npz' when that file exists)")
+    p.add_argument("--task", choices=evaluation_tasks(), default="classify",
+                   help="ONNX: what --eval measures (default: classify)")
+    p.add_argument("--threshold", type=float, default=0.5, help="--task threshold: the decision threshold (default 0.5)")
+    p.add_argument("--recurrent", action="append", metavar="OUT=IN", default=[],
+                   help="ONNX, --eval: run the samples as a sequence, feeding output OUT to input IN (repeatable)")
+    p.add_argument("--no-eval", action="store_true", help="ONNX: do not measure the task figure")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--plot", metavar="DIR",
                    help="write a PNG per tensor (histogram with the quantization levels, per-channel/per-block "
@@ -120,6 +150,10 @@ def _add_quantize(commands) -> None:
                    "1 GiB use dask with 64MiB chunks without it")
     p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
     p.set_defaults(run=_run_quantize)
+
+
+def evaluation_tasks() -> tuple[str, ...]:
+    return ("classify", "ctc", "threshold")  # qlinear.io.evaluation.TASKS, without importing numpy for --help
 
 
 def _run_quantize(args) -> int:

@@ -27,9 +27,9 @@ MATRIX = (RNG.standard_normal((37, 51)) * np.linspace(0.1, 4, 51)).astype(np.flo
 
 # (dtype, command-line granularity, Granularity kind, axis, block size, zarr storage chunks, --chunks)
 CASES = [
-    ("int8", ["--granularity", "tensor"], "tensor", None, 0, (10, 7), "100"),
-    ("uint8", ["--granularity", "axis", "--axis", "0"], "axis", 0, 0, (10, 7), "300B"),
-    ("int16", ["--granularity", "axis", "--axis", "1"], "axis", 1, 0, (4, 51), "64"),
+    ("int8", ["--granularity", "tensor", "--asymmetric"], "tensor", None, 0, (10, 7), "100"),
+    ("uint8", ["--granularity", "axis", "--axis", "0", "--asymmetric"], "axis", 0, 0, (10, 7), "300B"),
+    ("int16", ["--granularity", "axis", "--axis", "1"], "axis", 1, 0, (4, 51), "64"),  # symmetric: the default
     ("int4", ["--block-size", "4", "--axis", "1"], "block", 1, 4, (10, 7), "10"),  # chunks of 7 split blocks of 4
     ("uint2", ["--block-size", "5", "--axis", "0", "--symmetric"], "block", 0, 5, (3, 51), "1KiB"),
     ("float8e4m3fn", ["--granularity", "axis"], "axis", 0, 0, (16, 16), "50"),
@@ -54,6 +54,13 @@ def _expected(x, qtype_name, kind, axis, block_size, symmetric):
     return q, scale, zero_point, restored
 
 
+def _symmetric(qtype: str, flags) -> bool:
+    """The command's choice: --symmetric/--asymmetric, else symmetric for 8- and 16-bit types."""
+    if "--symmetric" in flags or "--asymmetric" in flags:
+        return "--symmetric" in flags
+    return get(qtype).bits >= 8
+
+
 def _as_codes(stored, q):
     """A stored one-element-per-byte array as the quantized type (int values or bit patterns)."""
     if np.dtype(q.dtype).kind in "iu" or q.dtype in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2):
@@ -69,7 +76,7 @@ def test_zarr_round_trip_equals_whole_array(tmp_path, case):
     out = tmp_path / "m-q.zarr"
     result = run("quantize", source, "--dtype", qtype, *flags, "--chunks", chunks, "-o", out, "--json")
     assert result.returncode == 0, result.stderr
-    q, scale, zero_point, restored = _expected(MATRIX, qtype, kind, axis, block_size, "--symmetric" in flags)
+    q, scale, zero_point, restored = _expected(MATRIX, qtype, kind, axis, block_size, _symmetric(qtype, flags))
 
     group = zarr.open_group(out, mode="r")
     meta = group.attrs["qlinear"]
@@ -104,24 +111,25 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
     group.create_array("w", data=MATRIX, chunks=(8, 16))
     group.create_array("ids", data=np.arange(10, dtype=np.int64))
     nested = RNG.standard_normal((6, 9))
+    group.create_array("bias", data=MATRIX[0])  # 1-D: kept by default
     group.create_array("layer/b", data=nested, chunks=(4, 4))
     out = tmp_path / "g-q.zarr"
     group.create_array("s", data=np.array(2.5, np.float32))
-    result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "-o", out)
-    assert result.returncode == 2 and "tensor 's': a scalar (shape ()) cannot take per-axis" in result.stderr  # as for files
-    result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "--exclude", "s",
+    result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "--include", "*",
                  "-o", out)
+    assert result.returncode == 2 and "tensor 's': a scalar (shape ()) cannot take per-axis" in result.stderr  # as for files
+    result = run("quantize", source, "--dtype", "int8", "--chunks", "24", "-o", out)
     assert result.returncode == 0, result.stderr
     written = zarr.open_group(out, mode="r")
-    assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["ids", "s"]
+    assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["bias", "ids", "s"]
     for name, x in (("w", MATRIX), ("layer/b", nested)):
-        q, scale, *_ = _expected(x, "int8", "axis", 0, 0, False)
+        q, scale, *_ = _expected(x, "int8", "axis", 0, 0, True)  # the defaults: per channel (axis 0), symmetric
         assert np.array_equal(written[name][...], q)
         assert np.array_equal(written[name + ".scale"][...], scale)
     back = tmp_path / "g-r.zarr"
     assert run("dequantize", out, "-o", back).returncode == 0
     restored = zarr.open_group(back, mode="r")
-    assert sorted(restored.array_keys()) == ["ids", "s", "w"] and restored.attrs["note"] == "kept"
+    assert sorted(restored.array_keys()) == ["bias", "ids", "s", "w"] and restored.attrs["note"] == "kept"
     assert restored["s"][...] == np.float32(2.5)
     assert restored["layer/b"].dtype == np.float64  # back to the source type
     assert np.array_equal(restored["ids"][...], np.arange(10))
@@ -153,17 +161,17 @@ def test_tensor_files_with_chunks_equal_the_in_memory_path(tmp_path, suffix, qty
         assert plain_arrays[name].dtype == dask_arrays[name].dtype
         assert np.array_equal(plain_arrays[name], dask_arrays[name]), name
     if qtype == "int4":  # and the in-memory path is the whole-array quantize_linear, packed
-        q, *_ = _expected(MATRIX, qtype, "axis", 0, 0, False)
+        q, *_ = _expected(MATRIX, qtype, "axis", 0, 0, _symmetric(qtype, flags))
         assert np.array_equal(dask_arrays["m"], qlinear.pack(q))
 
 
 def test_tensors_above_the_threshold_go_through_dask(tmp_path, monkeypatch, capsys):
-    from qlinear.io import chunked
+    from qlinear.io import streaming
 
     calls = []
-    original = chunked.quantize_tensor_dask
-    monkeypatch.setattr(chunked, "AUTO_BYTES", 1000)
-    monkeypatch.setattr(chunked, "quantize_tensor_dask", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
+    original = streaming.calibrate_dask
+    monkeypatch.setattr(streaming, "AUTO_BYTES", 1000)
+    monkeypatch.setattr(streaming, "calibrate_dask", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
     source = tmp_path / "w.npz"
     np.savez(source, big=MATRIX, small=MATRIX[:2])
     assert main(["quantize", str(source), "--dtype", "int8", "-o", str(tmp_path / "q.npz")]) == 0

@@ -77,10 +77,9 @@ def test_safetensors_byte_range_outside_the_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, match", [
     (["--dtype", "float32"], "float is not a quantized type"),
-    (["--granularity", "block"], "--granularity block needs --block-size B"),
     (["--block-size", "0"], "--block-size must be a positive integer"),
     (["--granularity", "axis", "--axis", "2", "--exclude", "s"], "tensor 'w' of shape (6, 10) cannot take per-axis quantization: axis=2 is out of range"),
-    (["--granularity", "axis"], "tensor 's': a scalar (shape ()) cannot take per-axis quantization"),
+    (["--granularity", "axis", "--include", "s"], "tensor 's': a scalar (shape ()) cannot take per-axis quantization"),
 ])
 def test_bad_requests_name_the_problem(weights, tmp_path, capsys, args, match):
     dtype = [] if "--dtype" in args else ["--dtype", "int8"]
@@ -88,8 +87,14 @@ def test_bad_requests_name_the_problem(weights, tmp_path, capsys, args, match):
     assert not (tmp_path / "out.npz").exists()
 
 
+def test_contradicting_flags_are_a_usage_error(weights, tmp_path):
+    result = run("quantize", weights, "--dtype", "int8", "--symmetric", "--asymmetric", "-o", tmp_path / "o.npz")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--asymmetric: not allowed with argument --symmetric" in result.stderr
+
+
 def test_nan_tensor(tmp_path, capsys):
-    np.savez(tmp_path / "n.npz", bad=np.array([1.0, np.nan, 2.0], np.float32))
+    np.savez(tmp_path / "n.npz", bad=np.array([[1.0, np.nan, 2.0]], np.float32))
     _fails(capsys, "quantize", tmp_path / "n.npz", "--dtype", "int8", "-o", tmp_path / "o.npz",
            match="tensor 'bad' holds NaN or infinite values")
     assert not (tmp_path / "o.npz").exists() and len(list(tmp_path.iterdir())) == 1

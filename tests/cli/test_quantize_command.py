@@ -26,11 +26,12 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 FLOAT = 1  # TensorProto.FLOAT
 GRANULARITIES = [
-    [],  # per-tensor
+    ["--granularity", "tensor", "--asymmetric"],
     ["--granularity", "axis"],  # axis 0
     ["--block-size", "16"],  # blocks along the last axis
-    ["--granularity", "axis", "--axis", "-1"],
-    ["--block-size", "8", "--axis", "0"],
+    [],  # the defaults: per channel (axis 0) for 8/16-bit types, blocks of 32 along the last axis below
+    ["--granularity", "axis", "--axis", "-1", "--asymmetric"],
+    ["--block-size", "8", "--axis", "0", "--symmetric"],
 ]
 FORMATS = ["npz", "safetensors", "npy"]
 
@@ -86,11 +87,16 @@ def _check_round_trip(tmp_path, fmt, qtype, granularity, invoke):
     tp = TENSORPROTO[qtype]
     expected_restored = {}
     for name, x in original.items():
-        if x.dtype != np.float32:
+        if x.dtype != np.float32 or x.ndim < 2:  # 1-D tensors (biases) stay float by default
             assert np.array_equal(stored[name], x) and name in meta["copied"]
             expected_restored[name] = x
             continue
         info = meta["tensors"][name]
+        if not granularity:
+            bits = BITS.get(qtype, 8)
+            assert (info["granularity"], info["axis"]) == (("axis", 0) if bits >= 8 else ("block", 1))
+            assert info["block_size"] == (0 if bits >= 8 else 32)
+            assert info["symmetric"] == (bits >= 8 or not qtype.startswith(("int", "uint")))
         assert info["dtype"] == qtype and tuple(info["shape"]) == x.shape
         if "--block-size" in granularity:
             assert info["granularity"] == "block" and info["block_size"] == int(granularity[granularity.index("--block-size") + 1])
@@ -176,7 +182,7 @@ def test_safetensors_metadata_kept_and_other_types_copied(tmp_path, capsys):
 
 def test_include_exclude_and_min_elements(tmp_path, capsys):
     arrays = {"enc.weight": np.ones((4, 64), np.float32), "enc.bias": np.ones(64, np.float32),
-              "dec.weight": np.ones((4, 64), np.float32), "tiny": np.ones(3, np.float32)}
+              "dec.weight": np.ones((4, 64), np.float32), "tiny": np.ones((1, 3), np.float32)}
     np.savez(tmp_path / "m.npz", **arrays)
     code, out, err = _in_process(capsys, "quantize", tmp_path / "m.npz", "--dtype", "int8", "--include", "*.weight",
                                  "--exclude", "dec.*", "-o", tmp_path / "q.npz", "--json")
@@ -192,7 +198,7 @@ def test_include_exclude_and_min_elements(tmp_path, capsys):
 
 
 def test_default_output_name_and_table(tmp_path):
-    np.save(tmp_path / "w.npy", np.linspace(-1, 1, 100, dtype=np.float32))
+    np.save(tmp_path / "w.npy", np.linspace(-1, 1, 100, dtype=np.float32).reshape(2, 50))
     result = run("quantize", tmp_path / "w.npy", "--dtype", "int4")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "w.int4.npz").exists()
@@ -202,7 +208,7 @@ def test_default_output_name_and_table(tmp_path):
 def test_plot_writes_a_png_per_tensor(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     np.savez(tmp_path / "m.npz", a=np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32),
-             b=np.linspace(-1, 1, 64, dtype=np.float32))
+             b=np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32))
     code, out, err = _in_process(capsys, "quantize", tmp_path / "m.npz", "--dtype", "int4", "--block-size", "32",
                                  "-o", tmp_path / "q.npz", "--plot", tmp_path / "plots")
     assert code == 0, err
@@ -214,7 +220,8 @@ def test_plot_writes_a_png_per_tensor(tmp_path, capsys):
 def test_dequantize_to_npy_and_onnx_include(tmp_path, capsys):
     x = np.linspace(-3, 5, 120, dtype=np.float32).reshape(10, 12)
     np.save(tmp_path / "x.npy", x)
-    assert _in_process(capsys, "quantize", tmp_path / "x.npy", "--dtype", "uint8", "-o", tmp_path / "q.npz")[0] == 0
+    assert _in_process(capsys, "quantize", tmp_path / "x.npy", "--dtype", "uint8", "--granularity", "tensor",
+                       "--asymmetric", "-o", tmp_path / "q.npz")[0] == 0
     code, out, err = _in_process(capsys, "dequantize", tmp_path / "q.npz", "-o", tmp_path / "x2.npy")
     assert code == 0, err
     restored = np.load(tmp_path / "x2.npy")

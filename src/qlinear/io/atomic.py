@@ -1,4 +1,4 @@
-"""Writing an output so that it either appears complete or not at all.
+"""Writing an output (a file, or a folder for zarr stores) so that it either appears complete or not at all.
 
 The data go to a temporary file in the output's folder (same file system), which is renamed over
 the output only when it is complete; any error or interruption removes the temporary file. A run
@@ -8,6 +8,7 @@ killed with SIGKILL can leave the temporary file (hidden, ``.NAME.*.partial``), 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,43 @@ def check_output(output: Path, inputs: list[Path], force: bool) -> None:
         raise UserError(f"{output}: the folder {output.parent} does not exist")
 
 
+def check_output_store(output: Path, source: Path, force: bool) -> None:
+    if output.suffix.lower() != ".zarr":
+        raise UserError(f"{output}: the output of a .zarr input is a .zarr store")
+    if output.exists() and source.exists() and os.path.samefile(output, source):
+        raise UserError(f"{output}: is the input store; qlinear never overwrites its input")
+    if output.exists() and not force:
+        raise UserError(f"{output}: already exists; pass --force to overwrite it")
+    if output.exists() and not output.is_dir():
+        raise UserError(f"{output}: exists and is not a folder")
+    if not output.parent.is_dir():
+        raise UserError(f"{output}: the folder {output.parent} does not exist")
+
+
+@contextmanager
+def atomic_store(output: Path):
+    """Yields the path of a temporary folder beside ``output``; on success it becomes ``output``
+    (an existing ``output`` is moved aside first and removed after the rename)."""
+    try:
+        temporary = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial"))
+    except OSError as error:
+        raise UserError(f"{output}: cannot write in {output.parent} ({error.strerror})") from None
+    try:
+        yield temporary
+        os.chmod(temporary, 0o777 & ~_umask())
+        old = None
+        if output.exists():
+            old = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".old"))
+            os.rmdir(old)
+            os.replace(output, old)
+        os.replace(temporary, output)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
 @contextmanager
 def atomic_output(output: Path):
     """Yields a binary file object; on success the file becomes ``output``."""
@@ -49,6 +87,38 @@ def atomic_output(output: Path):
             os.unlink(temporary)
         except FileNotFoundError:
             pass
+        raise
+
+
+@contextmanager
+def atomic_files(outputs: list[Path]):
+    """Yields ``(files, temporaries)``: binary file objects and their temporary paths, one per output;
+    on success each becomes its output (the last one renamed last, so a model appears after its data)."""
+    opened, temporaries = [], []
+    try:
+        for output in outputs:
+            try:
+                fd, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
+            except OSError as error:
+                raise UserError(f"{output}: cannot write in {output.parent} ({error.strerror})") from None
+            temporaries.append(Path(temporary))
+            opened.append(os.fdopen(fd, "wb"))
+        yield opened, temporaries
+        for f in opened:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        for temporary, output in zip(temporaries, outputs):
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, output)
+    except BaseException:
+        for f in opened:
+            f.close()
+        for temporary in temporaries:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
         raise
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .plan import Choice, Found, Quantized, granularity_label
+
 PROGRESS_MIN_BYTES = 32 << 20
 
 
@@ -23,21 +25,24 @@ PROGRESS_MIN_BYTES = 32 << 20
 # Rows
 
 
-def quantized_row(name, shape, from_dtype, qtype, granularity, before, after, result, gran, symmetric) -> dict:
-    stats = result.stats
+def quantized_row(choice: Choice, qtype, after: int, result: Quantized) -> dict:
+    found, gran, stats = choice.found, choice.granularity, result.stats
     return {
-        "name": name, "shape": list(shape), "from": from_dtype, "to": qtype.onnx_name, "granularity": granularity,
-        "symmetric": bool(symmetric or not qtype.is_integer), "bytes_before": int(before), "bytes_after": int(after),
-        "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error, "quantized": True, "note": "",
+        "name": found.name, "shape": list(found.shape), "from": found.type_name or str(found.dtype),
+        "to": qtype.onnx_name, "granularity": granularity_label(gran) if found.shape else "per-tensor",
+        "symmetric": bool(choice.symmetric or not qtype.is_integer), "location": found.location,
+        "bytes_before": int(found.nbytes), "bytes_after": int(after),
+        "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error, "quantized": True, "note": choice.reason,
         "_stats": stats, "_scale": result.scale, "_zero_point": result.zero_point, "_qtype": qtype, "_gran": gran,
     }
 
 
-def copied_row(name, shape, dtype, nbytes, reason) -> dict:
+def copied_row(found: Found, reason: str) -> dict:
+    kind = found.type_name or str(found.code or found.dtype)
     return {
-        "name": name, "shape": list(shape), "from": dtype, "to": dtype, "granularity": None,
-        "bytes_before": int(nbytes), "bytes_after": int(nbytes), "sqnr_db": None, "max_abs_error": None,
-        "quantized": False, "note": reason,
+        "name": found.name, "shape": list(found.shape), "from": kind, "to": kind, "granularity": None,
+        "location": found.location, "bytes_before": int(found.nbytes), "bytes_after": int(found.nbytes),
+        "sqnr_db": None, "max_abs_error": None, "quantized": False, "note": reason,
     }
 
 
@@ -62,7 +67,41 @@ def summary(command: str, source, output, rows: list[dict], **extra) -> dict:
         noise = sum(r["_stats"].noise for r in quantized)
         totals["sqnr_db"] = math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
         totals["max_abs_error"] = max(r["max_abs_error"] for r in quantized)
+    if command == "quantize":
+        totals["weights"] = _weights(rows)
     return {"command": command, "input": str(source), "output": str(output), **extra, "tensors": rows, "totals": totals}
+
+
+FLOAT_NAMES = {"float32", "float16", "bfloat16", "float64", "F32", "F16", "BF16", "F64"}
+
+
+def _place(location: str) -> str:
+    """A row's location as the report groups it: "initializer", "Constant node", "subgraph Constant
+    node", ... (the subgraph's own name is in the row)."""
+    if ": " in location:
+        return "subgraph " + location.rsplit(": ", 1)[1]
+    return location or "tensor file"
+
+
+def _weights(rows: list[dict]) -> dict:
+    """Float tensors of two or more dimensions (the weights, by the default rule): how many bytes were
+    found, and quantized, per place they live in."""
+    places: dict[str, dict] = {}
+    found = quantized = 0
+    for row in rows:
+        if row["from"] not in FLOAT_NAMES or len(row["shape"]) < 2:
+            continue
+        place = places.setdefault(_place(row.get("location", "")),
+                                  {"tensors": 0, "bytes": 0, "quantized_tensors": 0, "quantized_bytes": 0})
+        place["tensors"] += 1
+        place["bytes"] += row["bytes_before"]
+        found += row["bytes_before"]
+        if row["quantized"]:
+            place["quantized_tensors"] += 1
+            place["quantized_bytes"] += row["bytes_before"]
+            quantized += row["bytes_before"]
+    return {"bytes": found, "quantized_bytes": quantized, "share": quantized / found if found else None,
+            "places": places}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -117,22 +156,28 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
     table = Table(title=f"{report['input']} -> {report['output']}", title_justify="left")
     quantizing = report["command"] == "quantize"
     columns = (("tensor", "left"), ("shape", "left"), ("type", "left"), ("granularity", "left"), ("bytes", "right"),
-               ("SQNR dB", "right"), ("max |err|", "right"), ("note", "left"))
+               ("SQNR dB", "right"), ("max |err|", "right"), ("where", "left"), ("note", "left"))
     if not quantizing:  # dequantize: no granularity or error figures to show
         columns = tuple(c for c in columns if c[0] not in ("granularity", "SQNR dB", "max |err|"))
+    located = any(_place(row.get("location", "")) not in ("tensor file", "zarr array") for row in report["tensors"])
+    if not located:  # tensor files: every tensor lives in the file
+        columns = tuple(c for c in columns if c[0] != "where")
     for column, justify in columns:
-        table.add_column(column, justify=justify, overflow="fold", no_wrap=column != "note")
+        table.add_column(column, justify=justify, overflow="fold", no_wrap=column not in ("note", "where"))
     for row in report["tensors"]:
         kept = not row["quantized"] and row["note"] != "dequantized"
         types = f"{row['from']} (kept)" if kept else f"{row['from']} -> {row['to']}"
         sizes = _bytes(row["bytes_before"]) if kept else f"{_bytes(row['bytes_before'])} -> {_bytes(row['bytes_after'])}"
         note = "" if row["note"] == "dequantized" else row["note"]
         shape = "x".join(map(str, row["shape"])) or "scalar"
+        cells = [row["name"], shape, types]
         if quantizing:
-            table.add_row(row["name"], shape, types, row["granularity"] or "", sizes, _db(row["sqnr_db"]),
-                          _err(row["max_abs_error"]), note)
+            cells += [row["granularity"] or "", sizes, _db(row["sqnr_db"]), _err(row["max_abs_error"])]
         else:
-            table.add_row(row["name"], shape, types, sizes, note)
+            cells += [sizes]
+        if located:
+            cells.append(row.get("location", ""))
+        table.add_row(*cells, note)
     console.print(table)
     totals = report["totals"]
     line = f"total: {_bytes(totals['bytes_before'])} -> {_bytes(totals['bytes_after'])}"
@@ -143,6 +188,12 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         if "sqnr_db" in totals:
             line += f", overall SQNR {_db(totals['sqnr_db'])} dB, max |err| {_err(totals['max_abs_error'])}"
     console.print(line)
+    weights = totals.get("weights")
+    if weights and weights["bytes"]:
+        places = ", ".join(f"{name}: {v['quantized_tensors']} of {v['tensors']}, {_bytes(v['quantized_bytes'])} of "
+                           f"{_bytes(v['bytes'])}" for name, v in weights["places"].items())
+        console.print(f"float tensors of 2+ dimensions: {_bytes(weights['quantized_bytes'])} of {_bytes(weights['bytes'])} "
+                      f"quantized ({100 * weights['share']:.1f}%); by where they live: {places}")
     if "files" in report:
         files = report["files"]
         console.print(f"file size: {_bytes(files['before'])} -> {_bytes(files['after'])} "
@@ -150,24 +201,39 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
     model = report.get("model")
     if model:
         console.print(f"model: opset {model['opset_before']} -> {model['opset_after']}, "
-                      f"{model['dequantize_nodes']} DequantizeLinear nodes; onnx.checker: {model['checker']}")
-        accuracy = model.get("accuracy")
-        if accuracy is None:
-            console.print(f"accuracy: not measured ({model.get('accuracy_note', 'no evaluation data')})")
-        else:
-            console.print(
-                f"accuracy on {accuracy['samples']} held-out samples ({accuracy['data']}, run with {accuracy['runtime']}): "
-                f"float {100 * accuracy['float']:.2f}% -> quantized {100 * accuracy['quantized']:.2f}% "
-                f"({100 * (accuracy['quantized'] - accuracy['float']):+.2f} points); predictions agree on "
-                f"{100 * accuracy['agreement']:.2f}%, max |output difference| {accuracy['max_output_difference']:.3g}"
-            )
-            fused = accuracy.get("quantized_default_optimizations")
-            if fused is not None and abs(fused - accuracy["quantized"]) >= 0.01:
-                console.print(
-                    f"warning: onnxruntime with its default graph optimizations (DequantizeLinear+MatMul fused into "
-                    f"MatMulNBits) gets {100 * fused:.2f}% on this model, max |output difference| "
-                    f"{accuracy['default_optimizations_max_difference']:.3g} from the ONNX semantics measured above "
-                    f"(basic optimizations)")
+                      f"{model['dequantize_nodes']} DequantizeLinear nodes; onnx.checker: {model['checker']}"
+                      + (f"; external data: {model['external_data']}" if model.get("external_data") else ""))
+        conversion = model.get("conversion")
+        if conversion:
+            console.print(f"opset conversion: {conversion['note']}")
+        _show_accuracy(console, model)
+
+
+_TASK_WORDS = {"classify": "accuracy", "ctc": "exact-match text accuracy", "threshold": "decisions equal to the labels"}
+
+
+def _show_accuracy(console, model: dict) -> None:
+    accuracy = model.get("accuracy")
+    if accuracy is None:
+        console.print(f"accuracy: not measured ({model.get('accuracy_note', 'no evaluation data')})")
+        return
+    task = accuracy.get("task", "classify")
+    agreement = ("predictions agree" if task == "classify" else "decoded texts agree" if task == "ctc"
+                 else "decisions agree")
+    line = (f"{_TASK_WORDS[task]} on {accuracy['samples']} held-out samples ({accuracy['data']}, run with "
+            f"{accuracy['runtime']}): float {100 * accuracy['float']:.2f}% -> quantized {100 * accuracy['quantized']:.2f}% "
+            f"({100 * (accuracy['quantized'] - accuracy['float']):+.2f} points); {agreement} on "
+            f"{100 * accuracy['agreement']:.2f}%")
+    if "iou" in accuracy:
+        line += f", intersection over union of the maps above {accuracy['threshold']:g} {accuracy['iou']:.4f}"
+    console.print(line + f", max |output difference| {accuracy['max_output_difference']:.3g}")
+    fused = accuracy.get("quantized_default_optimizations")
+    if fused is not None and abs(fused - accuracy["quantized"]) >= 0.01:
+        console.print(
+            f"warning: onnxruntime with its default graph optimizations (DequantizeLinear+MatMul fused into "
+            f"MatMulNBits) gets {100 * fused:.2f}% on this model, max |output difference| "
+            f"{accuracy['default_optimizations_max_difference']:.3g} from the ONNX semantics measured above "
+            f"(basic optimizations)")
 
 
 @contextmanager
@@ -208,7 +274,7 @@ def _levels(qtype, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarra
 
 
 def _sub_byte_values(codes: np.ndarray, qtype) -> np.ndarray:
-    from .packing import unpack
+    from ..packing import unpack
 
     return unpack(_pack_codes(codes, qtype.bits), qtype.dtype, (codes.size,))
 

@@ -25,7 +25,12 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from .errors import UserError
+from ...dtypes import ElementType
+from ...granularity import Granularity
+from ..errors import UserError
+from ..plan import FORMAT_VERSION, Found, min_opset
+from ..storage import stored_size
+from . import format_of
 
 SAFETENSORS_DTYPES = {
     "BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
@@ -39,39 +44,15 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _MAX_HEADER = 100 << 20
 
 
-def format_of(path: Path) -> str:
-    suffix = path.suffix.lower()
-    formats = {".npy": "npy", ".npz": "npz", ".safetensors": "safetensors", ".onnx": "onnx", ".zarr": "zarr"}
-    if suffix not in formats:
-        raise UserError(f"{path}: unknown format {suffix or '(no extension)'!r}; qlinear reads .npy, .npz, "
-                        f".safetensors and .onnx files and .zarr stores")
-    return formats[suffix]
-
-
-@dataclass
-class Entry:
-    """One tensor of a file. ``dtype`` is None for a type NumPy cannot hold (copied as raw bytes)."""
-
-    name: str
-    dtype: np.dtype | None
-    shape: tuple[int, ...]
-    nbytes: int
-    code: str | None = None  # the safetensors dtype string, when read from safetensors
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype is not None and self.dtype in FLOAT_DTYPES
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+def _found(name: str, dtype, shape, nbytes: int, code: str | None = None) -> Found:
+    return Found(name, dtype, tuple(shape), nbytes, code=code, type_name=str(code or dtype))
 
 
 # ----------------------------------------------------------------------------------------------------
 # Readers
 
 
-def page_releaser(array, entry: "Entry"):
+def page_releaser(array, entry: Found):
     """For a memory-mapped tensor, a function ``release(start_row, stop_row)`` that lets the kernel drop
     the pages of those rows from this process (they are read again from the file if touched), so that
     the resident memory of a pass over a large tensor stays near one chunk; None for other arrays."""
@@ -106,9 +87,9 @@ class NpyReader:
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:
             raise UserError(f"{path}: not a readable .npy file ({_reason(error)})") from None
-        self.entries = [Entry(path.stem, self._array.dtype, tuple(self._array.shape), self._array.nbytes)]
+        self.entries = [_found(path.stem, self._array.dtype, tuple(self._array.shape), self._array.nbytes)]
 
-    def array(self, entry: Entry):
+    def array(self, entry: Found):
         return self._array
 
     def close(self):
@@ -135,7 +116,7 @@ class NpzReader:
                 if dtype.hasobject:
                     raise ValueError(f"member {info.filename!r} holds Python objects")
                 name = info.filename[: -len(".npy")]
-                self.entries.append(Entry(name, dtype, tuple(shape), math.prod(shape) * dtype.itemsize))
+                self.entries.append(_found(name, dtype, tuple(shape), math.prod(shape) * dtype.itemsize))
         except UserError:
             raise
         except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as error:
@@ -146,7 +127,7 @@ class NpzReader:
                 self.metadata = {"qlinear": str(self.array(entry)[()])}
                 self.entries.remove(entry)
 
-    def array(self, entry: Entry):
+    def array(self, entry: Found):
         try:
             mapped = self._mapped(entry)
             if mapped is not None:
@@ -156,7 +137,7 @@ class NpzReader:
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
             raise UserError(f"{self.path}: tensor {entry.name!r} cannot be read ({_reason(error)})") from None
 
-    def _mapped(self, entry: Entry):
+    def _mapped(self, entry: Found):
         """An uncompressed member (np.savez writes them so) is a plain .npy inside the zip file: map it
         like a .npy file. Compressed members (np.savez_compressed) return None and are read whole."""
         info = self._zip.getinfo(entry.name + ".npy")
@@ -219,17 +200,17 @@ class SafetensorsReader:
             if dtype is not None and (end - begin) != math.prod(shape) * dtype.itemsize:
                 raise UserError(f"{path}: corrupt safetensors file: tensor {name!r} of {code} {list(shape)} needs "
                                 f"{math.prod(shape) * dtype.itemsize} bytes, its byte range has {end - begin}")
-            self.entries.append(Entry(name, dtype, shape, end - begin, code))
+            self.entries.append(_found(name, dtype, shape, end - begin, code))
             self._offsets[name] = (begin, end)
         self.entries.sort(key=lambda e: self._offsets[e.name][0])
 
-    def raw(self, entry: Entry) -> np.ndarray:
+    def raw(self, entry: Found) -> np.ndarray:
         begin, end = self._offsets[entry.name]
         if end == begin:
             return np.zeros(0, np.uint8)
         return np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start + begin, shape=(end - begin,))
 
-    def array(self, entry: Entry):
+    def array(self, entry: Found):
         raw = self.raw(entry)
         if entry.dtype is None:
             return raw
@@ -385,12 +366,12 @@ class NpyWriter:
 WRITERS = {"npy": NpyWriter, "npz": NpzWriter, "safetensors": SafetensorsWriter}
 
 
-def copy_raw(reader, entry: Entry, writer, chunk_bytes: int = 64 << 20) -> None:
+def copy_raw(reader, entry: Found, writer, chunk_bytes: int = 64 << 20) -> None:
     """Copy a tensor through unchanged, chunk by chunk."""
     writer.begin(entry.name)
     if isinstance(reader, SafetensorsReader):
         raw = reader.raw(entry)
-        release = page_releaser(raw, Entry(entry.name, np.dtype(np.uint8), (raw.size,), raw.size))
+        release = page_releaser(raw, _found(entry.name, np.dtype(np.uint8), (raw.size,), raw.size))
         for start in range(0, raw.size, chunk_bytes):
             stop = min(raw.size, start + chunk_bytes)
             writer.write(np.asarray(raw[start:stop]))
@@ -404,3 +385,58 @@ def copy_raw(reader, entry: Entry, writer, chunk_bytes: int = 64 << 20) -> None:
 
 def file_size(path) -> int:
     return os.path.getsize(path)
+
+
+# ----------------------------------------------------------------------------------------------------
+# What a quantized tensor becomes in a file: NAME, NAME.scale, NAME.zero_point, and metadata
+
+
+def storage(qtype: ElementType, shape) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape a file stores a quantized array of ``shape`` as."""
+    if qtype.packs:
+        return np.dtype(np.uint8), (stored_size(qtype, shape),)
+    if not qtype.is_integer:
+        return np.dtype(np.uint8), tuple(shape)
+    return qtype.dtype, tuple(shape)
+
+
+def quantized_plan(name: str, shape, qtype: ElementType, gran: Granularity) -> list[Planned]:
+    """The three tensors a quantized tensor is written as."""
+    stored_dtype, stored_shape = storage(qtype, shape)
+    param_shape = gran.param_shape if shape else ()
+    zp_dtype, zp_shape = storage(qtype, param_shape)
+    return [
+        Planned(name, stored_dtype, stored_shape, stored_size(qtype, shape)),
+        Planned(name + ".scale", np.dtype(np.float32), param_shape, 4 * math.prod(param_shape)),
+        Planned(name + ".zero_point", zp_dtype, zp_shape, stored_size(qtype, param_shape)),
+    ]
+
+
+def tensor_metadata(found: Found, qtype: ElementType, gran: Granularity, symmetric: bool) -> dict:
+    """What `qlinear dequantize` needs to restore one tensor (the same for zarr stores)."""
+    kind = gran.kind if found.shape else "tensor"
+    return {
+        "dtype": qtype.onnx_name, "shape": list(found.shape), "source_dtype": found.dtype.name,
+        "granularity": kind, "axis": gran.axis, "block_size": gran.block_size, "symmetric": symmetric,
+        "packed": qtype.packs, "scale": found.name + ".scale", "zero_point": found.name + ".zero_point",
+        "opset": min_opset(qtype, kind),
+    }
+
+
+def file_metadata(metadata: dict[str, str], tensors: dict, copied: list[str]) -> dict[str, str]:
+    """The input's metadata with qlinear's added (one JSON string, as safetensors metadata must be)."""
+    return {**metadata, "qlinear": json.dumps({"format": FORMAT_VERSION, "tensors": tensors, "copied": copied})}
+
+
+def read_metadata(path: Path, metadata: dict) -> dict:
+    """The "tensors" section of the qlinear metadata of a file `qlinear quantize` wrote."""
+    if "qlinear" not in metadata:
+        raise UserError(f"{path}: has no qlinear metadata; it was not written by qlinear quantize")
+    try:
+        meta = metadata["qlinear"]
+        meta = json.loads(meta) if isinstance(meta, str) else meta
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"unknown format {meta.get('format')!r}")
+        return meta
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{path}: corrupt qlinear metadata ({error})") from None

@@ -1,0 +1,383 @@
+"""ONNX models: read a model's float constants, write the QDQ model.
+
+Reading: `OnnxModel` loads the graph without its external data (so a model of any size loads in
+little memory), lists every float constant with the uses `onnx_weights` found (`found`), and reads a
+constant's values on demand (`array`): inline data as a NumPy view, external data as a memory map of
+its file, each checked against its dims first (a short tensor or external file is a UserError, never
+a reshape traceback).
+
+Writing: each quantized constant W is replaced where it is stored. An initializer becomes the
+initializers ``W_quantized`` (2/4/6-bit types in the packed raw_data layout), ``W_scale`` (W's float
+type) and ``W_zero_point`` (integer types), read by a DequantizeLinear node at the top of its graph; a
+Constant node becomes Constant nodes of the same three and the DequantizeLinear, at the node's place.
+The DequantizeLinear's output keeps the name W, so every reader, in the graph or in a subgraph that
+sees it, reads the same name as before, and the chains between a constant and its operator (casts,
+transposes, an LSTM's gate reordering) compute what they did, on the dequantized values.
+
+Models whose input has external data, or whose output would pass protobuf's 2 GB limit, are written
+with external data: the tensors go to ``OUTPUT.data`` beside the model as they are quantized, and the
+tensors that are kept are copied there chunk by chunk, so memory stays near the largest tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ... import dtypes
+from ..errors import UserError
+from ..extras import import_onnx
+from ..plan import Found
+from ..storage import to_storage
+from . import onnx_weights
+
+PROTOBUF_LIMIT = 2**31 - 1  # bytes in one serialized message
+INLINE_LIMIT = 2**31 - (64 << 20)  # above this much tensor data the output uses external data
+SMALL_TENSOR = 1024  # bytes; smaller tensors stay inline in models with external data
+_FLOAT_NAMES = {"float": "float32", "float16": "float16", "bfloat16": "bfloat16", "double": "float64"}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def default_opset(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _small_array(tensor):
+    from onnx import numpy_helper
+
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception:  # an integer constant the search cannot read: it just does not fold
+        return None
+
+
+class OnnxModel:
+    """A model read for quantization. ``found`` lists every float constant, ``constants`` the same
+    by name with where each is stored."""
+
+    def __init__(self, source: Path):
+        onnx = import_onnx()
+        self.source = source
+        self.base = source.resolve().parent
+        try:
+            self.model = onnx.load(str(source), load_external_data=False)
+        except Exception as error:  # protobuf's DecodeError and friends: the file is not a model
+            raise UserError(f"{source}: not a readable ONNX model ({_first_line(error)})") from None
+        if not self.model.graph.node and not self.model.graph.initializer:
+            raise UserError(f"{source}: not a readable ONNX model (no graph)")
+        self.external = _uses_external_data(self.model)
+        self.refresh()
+
+    def refresh(self):
+        """Search the (possibly converted) model for its constants again."""
+        self.constants = {c.name: c for c in onnx_weights.find_constants(self.model, _attributes, _small_array)}
+        self.found = [_found(c) for c in self.constants.values()]
+
+    @property
+    def opset(self) -> int:
+        return default_opset(self.model)
+
+    def array(self, found: Found) -> np.ndarray:
+        constant = self.constants[found.name]
+        return read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {found.name!r}")
+
+    def raise_opset(self, target: int):
+        """Convert the model to opset ``target`` with onnx's version converter; a UserError when it cannot."""
+        onnx = import_onnx()
+        from onnx import version_converter
+
+        try:
+            converted = version_converter.convert_version(self.model, target)
+        except Exception as error:
+            raise UserError(f"{self.source}: the model is at opset {self.opset} and {target} is needed for this type "
+                            f"and granularity, but onnx's version converter cannot raise it "
+                            f"({_first_line(error)})") from None
+        # The converter may leave the IR version below what the new opset needs.
+        converted.ir_version = max(converted.ir_version, onnx.helper.find_min_ir_version_for(list(converted.opset_import)))
+        self.model = converted
+        self.refresh()
+
+
+def _found(constant: onnx_weights.Constant) -> Found:
+    element = dtypes.BY_TENSORPROTO.get(constant.tensor.data_type)
+    shape = tuple(int(d) for d in constant.tensor.dims)
+    return Found(constant.name, element.dtype, shape, math.prod(shape) * element.dtype.itemsize,
+                 location=constant.location, uses=tuple(constant.uses), type_name=_FLOAT_NAMES[element.onnx_name])
+
+
+def _uses_external_data(model) -> bool:
+    from onnx.external_data_helper import _get_all_tensors
+
+    return any(t.data_location == 1 for t in _get_all_tensors(model))
+
+
+def _external_info(tensor) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def read_tensor(tensor, base: Path, where: str) -> np.ndarray:
+    """A float tensor's values, checked against its dims: external data as a read-only memory map."""
+    element = dtypes.BY_TENSORPROTO[tensor.data_type]
+    shape = tuple(int(d) for d in tensor.dims)
+    count = math.prod(shape)
+    expected = count * element.dtype.itemsize
+    if tensor.data_location == 1:  # EXTERNAL
+        info = _external_info(tensor)
+        location = info.get("location", "")
+        path = (base / location).resolve()
+        if not location or os.path.isabs(location) or base not in path.parents:
+            raise UserError(f"{where}: external data location {location!r} is not a file beside the model")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", expected))
+            size = path.stat().st_size
+        except ValueError:
+            raise UserError(f"{where}: corrupt external data fields {info}") from None
+        except OSError as error:
+            raise UserError(f"{where}: external data file {location!r}: {error.strerror}") from None
+        if length != expected:
+            raise UserError(f"{where}: its external data is {length} bytes, and its dims {list(shape)} of "
+                            f"{element.onnx_name} need {expected}")
+        if offset < 0 or offset + expected > size:
+            raise UserError(f"{where}: external data file {location!r} has {size} bytes, and the tensor needs bytes "
+                            f"[{offset}, {offset + expected})")
+        if count == 0:
+            return np.zeros(shape, element.dtype)
+        return np.memmap(path, dtype=element.dtype, mode="r", offset=offset, shape=shape)
+    if tensor.raw_data:
+        if len(tensor.raw_data) != expected:
+            raise UserError(f"{where}: has {len(tensor.raw_data)} bytes of data, and its dims {list(shape)} of "
+                            f"{element.onnx_name} need {expected}")
+        return np.frombuffer(tensor.raw_data, element.dtype).reshape(shape)
+    field = {"float": tensor.float_data, "double": tensor.double_data}.get(element.onnx_name, tensor.int32_data)
+    if len(field) != count:
+        raise UserError(f"{where}: has {len(field)} values, and its dims {list(shape)} need {count}")
+    if element.onnx_name in ("float", "double"):
+        return np.asarray(field, element.dtype).reshape(shape)
+    # float16 and bfloat16 values are stored as their bit patterns in int32_data
+    return np.asarray(field, np.int32).astype(np.uint16).view(element.dtype).reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Writing
+
+
+class ExternalData:
+    """The output's external data file, written as tensors arrive (``offset`` aligned to 64 bytes)."""
+
+    def __init__(self, file, location: str):
+        self.file, self.location, self.offset = file, location, 0
+
+    def begin(self) -> int:
+        padding = -self.offset % 64
+        if padding:
+            self.file.write(b"\0" * padding)
+            self.offset += padding
+        return self.offset
+
+    def write(self, data) -> None:
+        view = memoryview(np.ascontiguousarray(data)).cast("B")
+        self.file.write(view)
+        self.offset += view.nbytes
+
+    def point(self, tensor, start: int) -> None:
+        """Make ``tensor`` refer to the bytes written since ``start``."""
+        del tensor.external_data[:]
+        tensor.ClearField("raw_data")
+        for key, value in (("location", self.location), ("offset", str(start)), ("length", str(self.offset - start))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        tensor.data_location = 1
+
+
+class QdqWriter:
+    """Replaces constants of ``model`` by quantized constants and DequantizeLinear nodes."""
+
+    def __init__(self, model: OnnxModel, external: ExternalData | None):
+        self.model, self.external = model, external
+        self.taken = _all_names(model.model)
+        self.dequantize_nodes = 0
+
+    def sink(self, found: Found, qtype):
+        """A sink for `quantization.quantize_tensor` and the function that finishes the values tensor."""
+        onnx = import_onnx()
+        tensor = onnx.TensorProto()
+        tensor.data_type = qtype.tensorproto
+        tensor.dims.extend(found.shape)
+        if self.external is not None and found.nbytes >= SMALL_TENSOR:
+            start = self.external.begin()
+            return (lambda q: self.external.write(to_storage(q, qtype))), (lambda: self.external.point(tensor, start) or tensor)
+        pieces = []
+
+        def finish():
+            q = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0) if pieces else np.zeros(found.shape, qtype.dtype)
+            tensor.raw_data = np.ascontiguousarray(to_storage(q.reshape(found.shape), qtype)).tobytes()
+            return tensor
+        return pieces.append, finish
+
+    def replace(self, found: Found, values, scale: np.ndarray, zero_point: np.ndarray | None, gran, qtype) -> int:
+        """Put the quantized ``values`` (a TensorProto from `sink`) in place of constant ``found``; returns the
+        bytes the three new tensors hold."""
+        from onnx import helper
+
+        constant = self.model.constants[found.name]
+        graph = constant.graph
+        name = found.name
+        q_name, s_name, z_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("quantized", "scale", "zero_point"))
+        values.name = q_name
+        new = [values, _raw(helper, s_name, np.asarray(scale, found.dtype), dtypes.BY_DTYPE[np.dtype(found.dtype)])]
+        if qtype.is_integer:
+            new.append(_raw(helper, z_name, np.asarray(zero_point, qtype.dtype), qtype))
+        attributes = {}
+        if gran.kind != "tensor":
+            attributes["axis"] = gran.axis
+        if gran.kind == "block":
+            attributes["block_size"] = gran.block_size
+        node = helper.make_node("DequantizeLinear", [t.name for t in new], [name],
+                                name=_unique(f"{name}_DequantizeLinear", self.taken), **attributes)
+        if constant.node is None:
+            graph.initializer.remove(constant.tensor)
+            graph.initializer.extend(new)
+            for graph_input in list(graph.input):
+                if graph_input.name == name:  # old models list initializers as inputs too
+                    graph.input.remove(graph_input)
+            graph.node.insert(0, node)
+        else:
+            position = list(graph.node).index(constant.node)
+            made = [helper.make_node("Constant", [], [t.name], value=t, name=_unique(f"{t.name}_Constant", self.taken))
+                    for t in new]
+            del graph.node[position]
+            for offset, made_node in enumerate(made + [node]):
+                graph.node.insert(position + offset, made_node)
+        self.dequantize_nodes += 1
+        return sum(_stored_bytes(t) for t in new)
+
+    def move_kept(self, chosen: list[Found]) -> None:
+        """Write every tensor that is not quantized into the output's data file (external data chunk by
+        chunk, inline data of SMALL_TENSOR bytes or more at once), before the quantized ones arrive."""
+        from onnx import numpy_helper
+        from onnx.external_data_helper import _get_all_tensors
+
+        skip = {_key(self.model.constants[found.name].tensor) for found in chosen}
+        for tensor in _get_all_tensors(self.model.model):
+            if _key(tensor) in skip:
+                continue
+            if tensor.data_location == 1:
+                self._copy_external(tensor)
+            elif tensor.raw_data and len(tensor.raw_data) >= SMALL_TENSOR:
+                start = self.external.begin()
+                self.external.write(np.frombuffer(tensor.raw_data, np.uint8))
+                self.external.point(tensor, start)
+            elif not tensor.raw_data and math.prod(tensor.dims) * 4 >= SMALL_TENSOR and tensor.data_type != 8:
+                array = numpy_helper.to_array(tensor)  # typed fields: their raw little-endian bytes
+                start = self.external.begin()
+                self.external.write(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+                for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                    tensor.ClearField(field)
+                self.external.point(tensor, start)
+
+    def _copy_external(self, tensor) -> None:
+        info = _external_info(tensor)
+        where = f"{self.model.source}: tensor {tensor.name!r}"
+        location = info.get("location", "")
+        path = (self.model.base / location).resolve()
+        if not location or os.path.isabs(location) or self.model.base not in path.parents:
+            raise UserError(f"{where}: external data location {location!r} is not a file beside the model")
+        try:
+            offset = int(info.get("offset", 0))
+            size = path.stat().st_size
+            length = int(info.get("length", size - offset))
+        except ValueError:
+            raise UserError(f"{where}: corrupt external data fields {info}") from None
+        except OSError as error:
+            raise UserError(f"{where}: external data file {location!r}: {error.strerror}") from None
+        if offset < 0 or length < 0 or offset + length > size:
+            raise UserError(f"{where}: external data file {location!r} has {size} bytes, and the tensor needs bytes "
+                            f"[{offset}, {offset + length})")
+        start = self.external.begin()
+        with open(path, "rb") as f:
+            f.seek(offset)
+            remaining = length
+            while remaining > 0:
+                block = f.read(min(remaining, 64 << 20))
+                self.external.write(np.frombuffer(block, np.uint8))
+                remaining -= len(block)
+        self.external.point(tensor, start)
+
+
+def _key(tensor) -> tuple:
+    """What tells a tensor apart from the others: its external bytes, or its name, dims and size (an
+    inline tensor that matches a quantized one by these merely stays inline)."""
+    if tensor.data_location == 1:
+        info = _external_info(tensor)
+        return ("external", info.get("location"), info.get("offset", "0"), info.get("length"))
+    return ("inline", tensor.name, tuple(tensor.dims), len(tensor.raw_data))
+
+
+def _raw(helper, name: str, array: np.ndarray, element):
+    """A TensorProto with raw_data in ONNX's layout (2/4-bit types packed)."""
+    raw = to_storage(array, element) if element.packs else np.ascontiguousarray(array)
+    return helper.make_tensor(name, element.tensorproto, list(array.shape), raw.tobytes(), raw=True)
+
+
+def _stored_bytes(tensor) -> int:
+    if tensor.data_location == 1:
+        return int(_external_info(tensor).get("length", 0))
+    return len(tensor.raw_data)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def _all_names(model) -> set[str]:
+    """Every value and node name of the model, subgraphs included (a new name must clash with none)."""
+    names: set[str] = set()
+
+    def visit(graph):
+        names.update(i.name for i in graph.initializer)
+        names.update(i.name for i in graph.input)
+        names.update(o.name for o in graph.output)
+        for node in graph.node:
+            names.update(node.input)
+            names.update(node.output)
+            names.add(node.name)
+            for attribute in node.attribute:
+                if attribute.type == 5:  # GRAPH
+                    visit(attribute.g)
+                elif attribute.type == 10:  # GRAPHS
+                    for sub in attribute.graphs:
+                        visit(sub)
+    visit(model.graph)
+    return names
+
+
+def inline_bytes(model) -> int:
+    """The bytes of tensor data held inside the model proto (what counts against protobuf's limit)."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    return sum(len(t.raw_data) for t in _get_all_tensors(model) if t.data_location != 1)
+
+
+def serialize(model, where: str) -> bytes:
+    try:
+        return model.SerializeToString()
+    except ValueError as error:  # protobuf refuses messages over 2 GB
+        raise UserError(f"{where}: the quantized model cannot be serialized ({_first_line(error)})") from None

@@ -1,0 +1,524 @@
+"""The pipelines of `qlinear quantize` and `qlinear dequantize`, one per format:
+
+    read (formats.*) -> select -> calibrate (calibration, or streaming for dask) -> quantize
+    (quantization, or streaming) -> write (formats.*) -> report rows
+
+Everything that can be checked before writing is checked first (the granularity of every tensor, name
+clashes, the labelled data), so a user error leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import dtypes
+from ..granularity import Granularity
+from . import evaluation, report, select, streaming
+from .atomic import atomic_files, atomic_output, atomic_store
+from .calibration import calibrate_tensor
+from .errors import UserError
+from .extras import import_onnx
+from .formats import onnx_model, tensor_files, zarr_store
+from .plan import Choice, Found, Quantized, Settings, min_opset
+from .quantization import dequantize_tensor, quantize_tensor
+from .storage import PackingSink, stored_size, to_storage
+
+ONNX_MIN_ELEMENTS = 1
+CONVERSION_TOLERANCE = 1e-4  # of the output's magnitude (at least 1): float rounding, not a change of meaning
+
+
+def _choices(found: list[Found], settings: Settings, rules: select.Rules, source: Path) -> list[Choice]:
+    return [select.choose(f, settings, rules, f"{source}: tensor {f.name!r}") for f in found]
+
+
+def _refuse_clashes(choices: list[Choice], names: set[str], source: Path, what: str) -> None:
+    for choice in choices:
+        if not choice.quantized:
+            continue
+        for suffix in (".scale", ".zero_point"):
+            if choice.found.name + suffix in names:
+                raise UserError(f"{source}: tensor {choice.found.name!r}: the {what} already has a tensor named "
+                                f"{choice.found.name + suffix!r}, where the {suffix[1:]} would go")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tensor files
+
+
+def quantize_file(source: Path, output: Path, kind: str, settings: Settings) -> dict:
+    reader = tensor_files.open_tensor_file(source)
+    if "qlinear" in reader.metadata:
+        raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
+    rules = select.Rules(tensor_files.FLOAT_DTYPES)
+    choices = _choices(reader.entries, settings, rules, source)
+    _refuse_clashes(choices, {f.name for f in reader.entries}, source, "file")
+    qtype = settings.qtype
+    plan, meta, copied = [], {}, []
+    for choice in choices:
+        found = choice.found
+        if not choice.quantized:
+            plan.append(tensor_files.Planned(found.name, found.dtype, found.shape, found.nbytes, found.code))
+            copied.append(found.name)
+            continue
+        gran = choice.granularity
+        plan += tensor_files.quantized_plan(found.name, found.shape, qtype, gran)
+        meta[found.name] = tensor_files.tensor_metadata(found, qtype, gran, choice.symmetric)
+    metadata = tensor_files.file_metadata(reader.metadata, meta, copied)
+
+    rows = []
+    total = sum(c.found.nbytes for c in choices if c.quantized)
+    with report.progress(total, f"quantizing {source.name}") as advance, atomic_output(output) as f:
+        writer = tensor_files.WRITERS["npz" if kind == "npy" else kind](f, plan, metadata)
+        with _aborting(writer):
+            for choice in choices:
+                rows.append(_quantize_into(source, reader, writer, choice, qtype, settings, advance))
+            writer.close()
+    reader.close()
+    return report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+
+
+@contextlib.contextmanager
+def _aborting(writer):
+    try:
+        yield
+    except BaseException:
+        if hasattr(writer, "abort"):
+            writer.abort()
+        raise
+
+
+def _quantize_into(source, reader, writer, choice: Choice, qtype, settings: Settings, advance) -> dict:
+    found = choice.found
+    if not choice.quantized:
+        tensor_files.copy_raw(reader, found, writer)
+        return report.copied_row(found, choice.reason)
+    where = f"{source}: tensor {found.name!r}"
+    gran = choice.granularity
+    x = reader.array(found)
+    release = None if x.ndim == 0 else tensor_files.page_releaser(x, found)
+    writer.begin(found.name)
+    size = streaming.chunk_size_for(settings.chunks, found.nbytes, settings.plot) if x.ndim else None
+    if size is not None:
+        lazy = streaming.lazy_rows(x, gran, size, release)
+        scale, zero_point = streaming.calibrate_dask(where, lazy, gran, qtype, choice.symmetric)
+        advance(x.nbytes / 2)
+        sink = PackingSink(writer.write, qtype) if qtype.packs else (lambda q: writer.write(to_storage(q, qtype)))
+        stats = streaming.quantize_bands(lazy, gran, qtype, scale, zero_point, sink, progress=advance)
+        if qtype.packs:
+            sink.close()
+    else:
+        scale, zero_point = calibrate_tensor(where, x, gran, qtype, choice.symmetric, progress=advance, release=release)
+        stats = quantize_tensor(x, gran, qtype, scale, zero_point, lambda q: writer.write(to_storage(q, qtype)),
+                                plot=settings.plot, progress=advance, release=release)
+    writer.end()
+    del x
+    writer.begin(found.name + ".scale")
+    writer.write(scale)
+    writer.end()
+    writer.begin(found.name + ".zero_point")
+    writer.write(to_storage(zero_point, qtype))
+    writer.end()
+    after = stored_size(qtype, found.shape) + scale.nbytes + stored_size(qtype, scale.shape)
+    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats))
+
+
+def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
+    reader = tensor_files.open_tensor_file(source)
+    quantized = tensor_files.read_metadata(source, reader.metadata).get("tensors")
+    if not isinstance(quantized, dict):
+        raise UserError(f"{source}: corrupt qlinear metadata (no tensors)")
+    entries = {entry.name: entry for entry in reader.entries}
+    auxiliary, jobs = set(), {}
+    for name, info in quantized.items():
+        try:
+            qtype = dtypes.get(info["dtype"])
+            shape = tuple(int(d) for d in info["shape"])
+            out_dtype = dtypes.resolve_dtype(info["source_dtype"], "source_dtype", "dequantize").dtype
+            values, scale, zero = (entries[name], entries[info["scale"]], entries[info["zero_point"]])
+            gran_kind, axis, block_size = info["granularity"], info["axis"], int(info["block_size"])
+        except (KeyError, ValueError, TypeError) as error:
+            raise UserError(f"{source}: tensor {name!r}: corrupt qlinear metadata (missing {error})") from None
+        auxiliary |= {info["scale"], info["zero_point"]}
+        gran = Granularity(gran_kind, shape, axis, block_size) if shape else Granularity("tensor", ())
+        if tuple(scale.shape) != gran.param_shape or values.nbytes != stored_size(qtype, shape):
+            raise UserError(f"{source}: tensor {name!r}: its values or scale do not match the shape {list(shape)} "
+                            f"and granularity in the metadata")
+        jobs[name] = (qtype, shape, out_dtype, gran, values, scale, zero)
+    plan, order = [], []
+    for entry in reader.entries:
+        if entry.name in auxiliary:
+            continue
+        if entry.name in jobs:
+            _, shape, out_dtype, *_ = jobs[entry.name]
+            plan.append(tensor_files.Planned(entry.name, out_dtype, shape, math.prod(shape) * out_dtype.itemsize))
+        else:
+            plan.append(tensor_files.Planned(entry.name, entry.dtype, entry.shape, entry.nbytes, entry.code))
+        order.append(entry)
+    if out_kind == "npy" and len(plan) != 1:
+        raise UserError(f"{output}: a .npy file holds one array and {source} has {len(plan)} tensors; write a .npz")
+    metadata = {k: v for k, v in reader.metadata.items() if k != "qlinear"}
+    rows = []
+    total = sum(p.nbytes for p in plan if p.name in jobs)
+    with report.progress(total, f"dequantizing {source.name}") as advance, atomic_output(output) as f:
+        writer = tensor_files.WRITERS[out_kind](f, plan, metadata)
+        for entry in order:
+            if entry.name not in jobs:
+                tensor_files.copy_raw(reader, entry, writer)
+                rows.append(report.restored_row(entry.name, entry.shape, entry.type_name, entry.type_name,
+                                                entry.nbytes, entry.nbytes) | {"note": "copied"})
+                continue
+            qtype, shape, out_dtype, gran, values, scale, zero = jobs[entry.name]
+            scale_array = np.asarray(reader.array(scale))
+            zero_raw = np.asarray(reader.array(zero))
+            if qtype.packs:
+                from ..packing import unpack
+
+                zero_array = unpack(zero_raw.reshape(-1), qtype.dtype, scale_array.shape)
+            else:
+                zero_array = zero_raw.view(qtype.dtype).reshape(scale_array.shape)
+            writer.begin(entry.name)
+            dequantize_tensor(reader.array(values), qtype, shape, scale_array, zero_array, gran, out_dtype,
+                              sink=writer.write, progress=advance)
+            writer.end()
+            rows.append(report.restored_row(entry.name, shape, qtype.onnx_name, out_dtype.name,
+                                            values.nbytes + scale.nbytes + zero.nbytes,
+                                            math.prod(shape) * out_dtype.itemsize))
+        writer.close()
+    reader.close()
+    return report.summary("dequantize", source, output, rows)
+
+
+# ----------------------------------------------------------------------------------------------------
+# zarr stores
+
+
+def quantize_store(source: Path, output: Path, settings: Settings) -> dict:
+    reader = zarr_store.StoreReader(source)
+    if "qlinear" in reader.metadata:
+        raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
+    size = settings.chunks or streaming.ChunkSize(nbytes=streaming.DEFAULT_CHUNK_BYTES)
+    rules = select.Rules(tensor_files.FLOAT_DTYPES)
+    choices = _choices(reader.entries, settings, rules, source)
+    _refuse_clashes(choices, set(reader.arrays), source, "store")
+    qtype = settings.qtype
+    meta, copied, rows = {}, [], []
+    total = sum(c.found.nbytes for c in choices)
+    with report.progress(total, f"quantizing {source.name}") as advance, atomic_store(output) as temporary:
+        writer = zarr_store.StoreWriter(temporary)
+        for choice in choices:
+            found = choice.found
+            array = reader.array(found)
+            lazy = reader.lazy(found)
+            if not choice.quantized:
+                zarr_store.store(lazy, writer.create(found.name, array.shape, array.chunks, array.dtype, dict(array.attrs)))
+                advance(array.nbytes)
+                copied.append(found.name)
+                rows.append(report.copied_row(found, choice.reason))
+                continue
+            where = f"{source}: tensor {found.name!r}"
+            shape = tuple(array.shape)
+            gran = choice.granularity if shape else Granularity("tensor", ())
+            chunks = streaming.chunks_for(shape, array.dtype, size, gran, previous=array.chunks) if shape else ()
+            lazy = lazy.rechunk(chunks) if shape else lazy
+            scale, zero_point = streaming.calibrate_dask(where, lazy, gran, qtype, choice.symmetric)
+            q, figures = streaming.quantize_graph(lazy, gran, qtype, scale, zero_point)
+            stored = zarr_store.storage_dtype(qtype)
+            target = writer.create(found.name, shape, zarr_store.regular(chunks), stored, dict(array.attrs))
+            stats = streaming.stats_of(*zarr_store.store(zarr_store.to_storage(q, qtype), target, figures))
+            advance(array.nbytes)
+            writer.put(found.name + ".scale", np.asarray(scale, np.float32))
+            writer.put(found.name + ".zero_point", np.asarray(zarr_store.to_storage(zero_point, qtype)))
+            meta[found.name] = tensor_files.tensor_metadata(found, qtype, gran, choice.symmetric) | {"packed": False}
+            after = math.prod(shape) * stored.itemsize + scale.nbytes + zero_point.size * stored.itemsize
+            rows.append(report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats)))
+        writer.attributes({**reader.metadata, "qlinear": {
+            "format": tensor_files.FORMAT_VERSION, "tensors": meta, "copied": copied, "root_array": reader.root_array}})
+    return report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+
+
+def dequantize_store(source: Path, output: Path) -> dict:
+    from ..ops.quantize_linear import dequantize_linear
+
+    reader = zarr_store.StoreReader(source)
+    quantized = tensor_files.read_metadata(source, reader.metadata).get("tensors")
+    if not isinstance(quantized, dict):
+        raise UserError(f"{source}: corrupt qlinear metadata (no tensors)")
+    auxiliary = set()
+    for name, info in quantized.items():
+        try:
+            auxiliary |= {info["scale"], info["zero_point"]}
+        except (KeyError, TypeError) as error:
+            raise UserError(f"{source}: tensor {name!r}: corrupt qlinear metadata (missing {error})") from None
+    names = [name for name in reader.arrays if name not in auxiliary]
+    root_array = bool(reader.metadata["qlinear"].get("root_array")) and len(names) == 1
+    outer = {k: v for k, v in reader.metadata.items() if k != "qlinear"}
+    rows = []
+    total = sum(reader.arrays[name].nbytes for name in names)
+    with report.progress(total, f"dequantizing {source.name}") as advance, atomic_store(output) as temporary:
+        writer = zarr_store.StoreWriter(temporary, root_array=root_array)
+        if not root_array:
+            writer.attributes(outer)
+        for name in names:
+            array = reader.arrays[name]
+            attrs = dict(array.attrs) | (outer if root_array else {})
+            lazy = reader.lazy(Found(name, None, (), 0))
+            if name not in quantized:
+                zarr_store.store(lazy, writer.create(name, array.shape, array.chunks, array.dtype, attrs))
+                advance(array.nbytes)
+                rows.append(report.restored_row(name, tuple(array.shape), str(array.dtype), str(array.dtype),
+                                                array.nbytes, array.nbytes) | {"note": "copied"})
+                continue
+            info = quantized[name]
+            try:
+                qtype = dtypes.get(info["dtype"])
+                shape = tuple(int(d) for d in info["shape"])
+                out_dtype = dtypes.resolve_dtype(info["source_dtype"], "source_dtype", "dequantize").dtype
+                gran = Granularity(info["granularity"], shape, info["axis"], int(info["block_size"])) if shape \
+                    else Granularity("tensor", ())
+                scale = np.asarray(reader.arrays[info["scale"]][...])
+                zero_point = np.asarray(zarr_store.from_storage(np.asarray(reader.arrays[info["zero_point"]][...]), qtype))
+            except (KeyError, ValueError, TypeError) as error:
+                raise UserError(f"{source}: tensor {name!r}: corrupt qlinear metadata (missing {error})") from None
+            if tuple(array.shape) != shape or tuple(scale.shape) != gran.param_shape \
+                    or np.dtype(array.dtype) != zarr_store.storage_dtype(qtype):
+                raise UserError(f"{source}: tensor {name!r}: its values or scale do not match the shape {list(shape)}, "
+                                f"type and granularity in the metadata")
+            q = zarr_store.from_storage(lazy, qtype)
+            restored = dequantize_linear(q, scale, zero_point if qtype.is_integer else None, **gran.attributes())
+            zarr_store.store(restored.astype(out_dtype), writer.create(name, array.shape, array.chunks, out_dtype, attrs))
+            advance(array.nbytes)
+            rows.append(report.restored_row(name, shape, qtype.onnx_name, out_dtype.name,
+                                            array.nbytes + scale.nbytes + zero_point.nbytes,
+                                            math.prod(shape) * out_dtype.itemsize))
+    return report.summary("dequantize", source, output, rows)
+
+
+# ----------------------------------------------------------------------------------------------------
+# ONNX models
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the report measures on an ONNX model: labelled data (None: none) and the task."""
+
+    data: Path | None = None
+    note: str = ""  # why there is no data
+    task: evaluation.Task = evaluation.Task()
+
+
+_SCALE_TYPES = {"float32": "float", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evaluation) -> dict:
+    model = onnx_model.OnnxModel(source)
+    qtype = settings.qtype
+    rules = select.Rules((np.dtype(np.float32), np.dtype(np.float16), np.dtype(dtypes.get("bfloat16").dtype)),
+                         min_elements=ONNX_MIN_ELEMENTS,
+                         refused_types={"float64": "float64 is not a DequantizeLinear output type"})
+    choices = _choices(model.found, settings, rules, source)
+    chosen = [c for c in choices if c.quantized]
+    if not chosen:
+        raise UserError(f"{source}: {_nothing_to_quantize(model, choices)}")
+    input_names = _input_names(model.model)
+    feeds = None
+    if measure.data is not None:  # checked before anything is written
+        data_feeds, _ = evaluation.load_data(measure.data, input_names, measure.task)
+        feeds = _first_run(data_feeds, measure.task)
+
+    opset_before = model.opset
+    needed = max(min_opset(qtype, c.granularity.kind, _SCALE_TYPES[c.found.type_name]) for c in chosen)
+    conversion = None
+    if needed > opset_before:
+        original = model.model
+        model.raise_opset(needed)
+        conversion = _check_conversion(source, model, original, feeds, opset_before, needed)
+        choices = _choices(model.found, settings, rules, source)
+        chosen = [c for c in choices if c.quantized]
+
+    data_path = output.with_name(output.name + ".data")
+    outputs = [data_path, output] if model.external else [output]
+    rows = []
+    with atomic_files(outputs) as (files, temporaries):
+        external = onnx_model.ExternalData(files[0], data_path.name) if model.external else None
+        writer = onnx_model.QdqWriter(model, external)
+        if external is not None:
+            writer.move_kept(chosen)
+        total = sum(c.found.nbytes for c in chosen)
+        with report.progress(total, f"quantizing {source.name}") as advance:
+            for choice in choices:
+                rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance))
+        if external is not None:
+            files[0].flush()
+        data = onnx_model.serialize(model.model, str(source))
+        files[-1].write(data)
+        files[-1].flush()
+        with _materialized(model.model, {data_path.name: temporaries[0]} if external else {}, temporaries[-1]) as path:
+            checker = _check(path)
+            quantized_ref = path if external is not None else model.model
+            original_ref = source if model.external else import_onnx().load(str(source))
+            summary = report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+            summary["files"] = {"before": _file_bytes(source, model, before=True),
+                                "after": len(data) + (files[0].tell() if external is not None else 0)}
+            summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
+                                "dequantize_nodes": writer.dequantize_nodes, "checker": checker,
+                                "external_data": data_path.name if external is not None else None}
+            if conversion is not None:
+                summary["model"]["conversion"] = conversion
+            summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
+    return summary
+
+
+def _nothing_to_quantize(model, choices: list[Choice]) -> str:
+    if not choices:
+        return ("no float constants (initializers or Constant nodes, in any graph): there are no weights to "
+                "quantize")
+    reasons: dict[str, int] = {}
+    for choice in choices:
+        reasons[choice.reason] = reasons.get(choice.reason, 0) + 1
+    common = sorted(reasons.items(), key=lambda item: -item[1])[:3]
+    shown = "; ".join(f"{count} {'is' if count == 1 else 'are'} kept: {reason}" for reason, count in common)
+    return (f"nothing to quantize among its {len(choices)} float constants ({shown}); name tensors with "
+            f"--include to quantize them anyway")
+
+
+def _input_names(proto) -> list[str]:
+    initializers = {i.name for i in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in initializers]
+
+
+def _first_run(feeds: dict, task: evaluation.Task) -> dict:
+    """The feeds of the first run of an evaluation (a batch, or the first step of a sequence)."""
+    carried = {i for _, i in task.recurrent}
+    if task.recurrent:
+        return {n: (a if n in carried else a[0]) for n, a in feeds.items()}
+    return {n: a[:evaluation.BATCH] for n, a in feeds.items()}
+
+
+def _check_conversion(source: Path, model, original, feeds, before: int, after: int) -> dict:
+    """Run the float model before and after onnx's version converter on the same inputs; refuse the
+    conversion when it changed what the model computes."""
+    if feeds is None:
+        feeds = _made_inputs(model.model)
+    if feeds is None:
+        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not checked (the model's "
+                f"inputs have no fixed shapes and no labelled data was given: --eval checks it)"}
+    with _materialized(original, {}, None, base=model.base) as first, \
+            _materialized(model.model, {}, None, base=model.base) as second:
+        try:
+            result = evaluation.check_conversion(first, second, feeds)
+        except RuntimeError as error:
+            return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not checked ({error})"}
+    limit = CONVERSION_TOLERANCE * max(1.0, result["scale"])
+    if not result["max_difference"] <= limit:
+        raise UserError(f"{source}: onnx's version converter (opset {before} -> {after}, which this type and "
+                        f"granularity need) changed what the float model computes: output {result['output']} moved "
+                        f"by {result['max_difference']:.3g} ({result['runtime']}); the model cannot be raised safely")
+    exact = "identical outputs" if result["max_difference"] == 0 else \
+        f"outputs within {result['max_difference']:.3g} (float rounding)"
+    return {"checked": True, "max_difference": result["max_difference"], "runtime": result["runtime"],
+            "note": f"{before} -> {after} by onnx's version converter; the float model before and after gives "
+                    f"{exact} ({result['runtime']})"}
+
+
+def _made_inputs(proto) -> dict | None:
+    """Random inputs for a model whose inputs all have fixed shapes and float or integer types."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    initializers = {i.name for i in proto.graph.initializer}
+    for graph_input in proto.graph.input:
+        if graph_input.name in initializers:
+            continue
+        tensor_type = graph_input.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+        if not tensor_type.HasField("shape") or any(d is None for d in dims):
+            return None
+        dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[graph_input.name] = rng.standard_normal(dims).astype(dtype)
+        else:
+            return None
+    return feeds
+
+
+@contextlib.contextmanager
+def _materialized(proto, files: dict[str, Path], path: Path | None, base: Path | None = None):
+    """A path at which ``proto`` loads with its external data: ``path`` itself when given and the
+    model has none; otherwise a temporary folder holding the model and links to its data files
+    (``files`` by location, or the files beside ``base``)."""
+    locations = _locations(proto)
+    if not locations:
+        yield path if path is not None else proto
+        return
+    with tempfile.TemporaryDirectory(prefix="qlinear-") as folder:
+        for location in locations:
+            target = files.get(location) or (base / location)
+            link = Path(folder) / location
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(Path(target).resolve(), link)
+        model_path = Path(folder) / "model.onnx"
+        model_path.write_bytes(proto.SerializeToString())
+        yield model_path
+
+
+def _locations(proto) -> list[str]:
+    from onnx.external_data_helper import _get_all_tensors
+
+    return sorted({e.value for t in _get_all_tensors(proto) if t.data_location == 1 for e in t.external_data
+                   if e.key == "location"})
+
+
+def _check(model) -> str:
+    """onnx.checker's full check (shape inference included) of a model or a model's path."""
+    onnx = import_onnx()
+    try:
+        onnx.checker.check_model(str(model) if isinstance(model, Path) else model, full_check=True)
+        return "passed"
+    except Exception as error:  # noqa: BLE001 (the checker's several error types)
+        return f"failed: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
+
+
+def _file_bytes(source: Path, model, before: bool) -> int:
+    total = source.stat().st_size
+    for location in _locations(model.model) if before and model.external else []:
+        path = model.base / location
+        if path.exists():
+            total += path.stat().st_size
+    return total
+
+
+def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance) -> dict:
+    found = choice.found
+    if not choice.quantized:
+        return report.copied_row(found, choice.reason)
+    where = f"{source}: {found.location} {found.name!r}"
+    x = model.array(found)
+    gran = choice.granularity
+    release = tensor_files.page_releaser(x, found) if isinstance(x, np.memmap) and x.ndim else None
+    scale, zero_point = calibrate_tensor(where, x, gran, qtype, choice.symmetric, scale_dtype=found.dtype,
+                                         progress=advance, release=release)
+    sink, finish = writer.sink(found, qtype)
+    stats = quantize_tensor(x, gran, qtype, scale, zero_point, sink, plot=settings.plot, progress=advance,
+                            release=release)
+    del x
+    after = writer.replace(found, finish(), scale, zero_point if qtype.is_integer else None, gran, qtype)
+    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats))
+
+
+def _measure(measure: Evaluation, original, quantized, input_names: list[str], model) -> dict:
+    if measure.data is None:
+        return {"accuracy": None, "accuracy_note": measure.note}
+    output_names = [o.name for o in model.model.graph.output]
+    characters = None
+    for prop in model.model.metadata_props:
+        if prop.key == "character":
+            characters = prop.value.splitlines()
+    return evaluation.evaluate(original, quantized, measure.data, input_names, output_names, measure.task, characters)
