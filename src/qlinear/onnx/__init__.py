@@ -47,7 +47,7 @@ class QlinearEvaluator(ReferenceEvaluator):
     qlinear too (onnx's own has no DequantizeLinear before opset 19).
     """
 
-    default_new_ops: tuple = ops.OPS
+    default_new_ops: tuple = ops.OPS + ops.PEER_FIXES
 
     def __init__(self, proto, *args, new_ops=None, **kwargs):
         # The evaluator keeps the first class given per operator: a caller's own classes win over qlinear's.
@@ -69,7 +69,7 @@ class QlinearEvaluator(ReferenceEvaluator):
 
 @functools.cache
 def _evaluator_class(requantize: str) -> type[QlinearEvaluator]:
-    return type("QlinearEvaluator", (QlinearEvaluator,), {"default_new_ops": op_classes(requantize),
+    return type("QlinearEvaluator", (QlinearEvaluator,), {"default_new_ops": op_classes(requantize) + ops.PEER_FIXES,
                                                           "__module__": __name__})
 
 
@@ -93,10 +93,12 @@ def _declared_dtype(type_proto) -> np.dtype | None:
 
 
 def _declared_dims(type_proto) -> tuple[int | None, ...] | None:
-    """The declared shape, None per symbolic dimension; None when the shape is not declared."""
+    """The declared shape, None per symbolic dimension; None when the shape is not declared. Some
+    exporters (Paddle) write a dynamic dimension as dim_value -1: that is not a size either."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                 for d in type_proto.tensor_type.shape.dim)
 
 
 def _input_spec(session: ReferenceEvaluator) -> tuple[dict, list[str]]:

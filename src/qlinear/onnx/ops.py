@@ -30,7 +30,9 @@ __all__ = [
     "ConvInteger",
     "MatMulInteger",
     "DynamicQuantizeLinear",
+    "BatchNormalization",
     "OPS",
+    "PEER_FIXES",
     "op_classes",
 ]
 
@@ -178,10 +180,38 @@ class DynamicQuantizeLinear(_QlinearOp):
         return (y, np.asarray(y_scale), np.asarray(y_zero_point))
 
 
+class BatchNormalization(OpRun):
+    """Peer fix, not a qlinear kernel: onnx 1.23's reference runs BatchNormalization-9 in training mode
+    (the batch's own mean and variance) whenever the node has a ``momentum`` attribute, which exporters
+    always write. Before version 14 the mode is the number of outputs: one output is inference, with the
+    running mean and variance given (docs/semantics.md). Version 14 and later have ``training_mode`` and
+    onnx's class is right, so this one runs only nodes of a model whose opset is below 14."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, is_test=None,
+             spatial=None):
+        from onnx.reference.ops import op_batch_normalization as onnx_ops
+
+        opsets = self.run_params["opsets"]
+        opset = opsets.get("", opsets.get("ai.onnx", 1))
+        if opset >= 14 or len(self.onnx_node.output) > 1:
+            if opset >= 14:
+                return onnx_ops.BatchNormalization_14._run(self, x, scale, bias, mean, var, epsilon=epsilon,
+                                                           momentum=momentum, training_mode=training_mode)
+            return onnx_ops.BatchNormalization_9._run(self, x, scale, bias, mean, var, epsilon=epsilon,
+                                                      momentum=momentum)
+        # onnx's own inference formula, so that the result is bit for bit the reference's where it is right
+        return (onnx_ops._batchnorm_test_mode(x, scale, bias, mean, var, epsilon=1e-5 if epsilon is None else epsilon),)
+
+
 OPS: tuple[type[OpRun], ...] = (
     QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
     DynamicQuantizeLinear,
 )
+# Ordinary operators whose onnx reference class contradicts the spec on real exports; `qlinear.onnx.run`
+# uses these classes beside OPS.
+PEER_FIXES: tuple[type[OpRun], ...] = (BatchNormalization,)
 
 
 def op_classes(requantize: str = "float64") -> tuple[type[OpRun], ...]:
