@@ -92,33 +92,33 @@ def atomic_output(output: Path):
 
 @contextmanager
 def atomic_files(outputs: list[Path]):
-    """Yields ``(files, temporaries)``: binary file objects and their temporary paths, one per output;
-    on success each becomes its output (the last one renamed last, so a model appears after its data)."""
-    opened, temporaries = [], []
+    """Yields ``(files, temporaries)`` for outputs that belong together (a model and its external data,
+    all in one folder): binary file objects and their paths, in a hidden temporary folder beside the
+    outputs under the outputs' own names, so that the files refer to each other there as they will in
+    place. On success each becomes its output (in the order given: a model after its data)."""
+    folder = outputs[0].parent
     try:
-        for output in outputs:
-            try:
-                fd, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
-            except OSError as error:
-                raise UserError(f"{output}: cannot write in {output.parent} ({error.strerror})") from None
-            temporaries.append(Path(temporary))
-            opened.append(os.fdopen(fd, "wb"))
-        yield opened, temporaries
+        temporary = Path(tempfile.mkdtemp(dir=folder, prefix=f".{outputs[-1].name}.", suffix=".partial"))
+    except OSError as error:
+        raise UserError(f"{outputs[-1]}: cannot write in {folder} ({error.strerror})") from None
+    opened = []
+    try:
+        paths = [temporary / output.name for output in outputs]
+        for path in paths:
+            opened.append(open(path, "wb"))
+        yield opened, paths
         for f in opened:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-        for temporary, output in zip(temporaries, outputs):
-            os.chmod(temporary, 0o666 & ~_umask())
-            os.replace(temporary, output)
+        for path, output in zip(paths, outputs):
+            os.chmod(path, 0o666 & ~_umask())
+            os.replace(path, output)
+        os.rmdir(temporary)
     except BaseException:
         for f in opened:
             f.close()
-        for temporary in temporaries:
-            try:
-                os.unlink(temporary)
-            except FileNotFoundError:
-                pass
+        shutil.rmtree(temporary, ignore_errors=True)
         raise
 
 

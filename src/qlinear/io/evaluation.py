@@ -2,8 +2,8 @@
 data, and the check that a model converted to a newer opset still computes what it did.
 
 Models run in onnxruntime with its basic graph optimizations (the ONNX semantics: its default level
-fuses DequantizeLinear+MatMul into MatMulNBits, which computes differently), or in onnx's reference
-evaluator when onnxruntime is missing or cannot run the model.
+fuses DequantizeLinear+MatMul into MatMulNBits, which computes differently), or in `qlinear run` (onnx's
+reference evaluator with qlinear's kernels) when onnxruntime is missing or cannot run the model.
 
 Labelled data is a .npz with one array per model input, sample along the first axis, plus ``labels``:
 
@@ -55,23 +55,28 @@ class _OnnxRuntime:
     def session(self, model):
         """``model``: a Path (external data beside it) or a ModelProto."""
         options = self.onnxruntime.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # its errors come back as exceptions, which the report words itself
         if not self.default_optimizations:
             options.graph_optimization_level = self.onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
         source = str(model) if isinstance(model, Path) else model.SerializeToString()
         session = self.onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return lambda feeds: session.run(names, feeds)
+        quiet = self.onnxruntime.RunOptions()
+        quiet.log_severity_level = 4
+        return lambda feeds: session.run(names, feeds, quiet)
 
 
-class _Reference:
-    name = "onnx.reference.ReferenceEvaluator"
+class _QlinearRun:
+    """`qlinear run`: onnx's reference evaluator with qlinear's kernels for the quantization operators
+    (which the reference lacks before opset 19) and its peer fixes."""
+
+    name = "qlinear run (onnx reference evaluator with qlinear's kernels)"
 
     def session(self, model):
-        from onnx.reference import ReferenceEvaluator
+        import qlinear.onnx
 
-        evaluator = ReferenceEvaluator(str(model) if isinstance(model, Path) else model)
-        return lambda feeds: evaluator.run(None, feeds)
+        evaluator = qlinear.onnx.evaluator(str(model) if isinstance(model, Path) else model)
+        return lambda feeds: list(qlinear.onnx.run(evaluator, feeds).values())
 
 
 def runtimes() -> list:
@@ -83,7 +88,7 @@ def runtimes() -> list:
     try:
         import onnx.reference  # noqa: F401
 
-        found.append(_Reference())
+        found.append(_QlinearRun())
     except ImportError:
         pass
     return found
@@ -151,7 +156,7 @@ def _samples(feeds: dict, task: Task) -> list[dict]:
     stepped = [n for n, a in feeds.items() if n not in carried]
     count = len(feeds[stepped[0]]) if stepped else 1
     if task.recurrent:
-        return [{n: feeds[n][i] for n in stepped} for i in range(count)]
+        return [{n: np.asarray(feeds[n][i]) for n in stepped} for i in range(count)]
     return [{n: feeds[n][start:start + BATCH] for n in stepped} for start in range(0, count, BATCH)]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from .storage import PackingSink, stored_size, to_storage
 
 ONNX_MIN_ELEMENTS = 1
 CONVERSION_TOLERANCE = 1e-4  # of the output's magnitude (at least 1): float rounding, not a change of meaning
+CHECK_LIMIT = 1 << 30  # bytes of model above which a raised opset is not checked by running the model
 
 
 def _choices(found: list[Found], settings: Settings, rules: select.Rules, source: Path) -> list[Choice]:
@@ -126,7 +128,7 @@ def _quantize_into(source, reader, writer, choice: Choice, qtype, settings: Sett
     writer.write(to_storage(zero_point, qtype))
     writer.end()
     after = stored_size(qtype, found.shape) + scale.nbytes + stored_size(qtype, scale.shape)
-    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats))
+    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
 
 
 def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
@@ -237,7 +239,7 @@ def quantize_store(source: Path, output: Path, settings: Settings) -> dict:
             writer.put(found.name + ".zero_point", np.asarray(zarr_store.to_storage(zero_point, qtype)))
             meta[found.name] = tensor_files.tensor_metadata(found, qtype, gran, choice.symmetric) | {"packed": False}
             after = math.prod(shape) * stored.itemsize + scale.nbytes + zero_point.size * stored.itemsize
-            rows.append(report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats)))
+            rows.append(report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot))
         writer.attributes({**reader.metadata, "qlinear": {
             "format": tensor_files.FORMAT_VERSION, "tensors": meta, "copied": copied, "root_array": reader.root_array}})
     return report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
@@ -338,7 +340,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
     if needed > opset_before:
         original = model.model
         model.raise_opset(needed)
-        conversion = _check_conversion(source, model, original, feeds, opset_before, needed)
+        conversion = _check_conversion(source, model, original, feeds, opset_before, needed, output.parent)
         choices = _choices(model.found, settings, rules, source)
         chosen = [c for c in choices if c.quantized]
 
@@ -349,29 +351,26 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         external = onnx_model.ExternalData(files[0], data_path.name) if model.external else None
         writer = onnx_model.QdqWriter(model, external)
         if external is not None:
-            writer.move_kept(chosen)
+            writer.move_kept([c.found for c in chosen])
         total = sum(c.found.nbytes for c in chosen)
         with report.progress(total, f"quantizing {source.name}") as advance:
             for choice in choices:
                 rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance))
-        if external is not None:
-            files[0].flush()
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
-        files[-1].flush()
-        with _materialized(model.model, {data_path.name: temporaries[0]} if external else {}, temporaries[-1]) as path:
-            checker = _check(path)
-            quantized_ref = path if external is not None else model.model
-            original_ref = source if model.external else import_onnx().load(str(source))
-            summary = report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
-            summary["files"] = {"before": _file_bytes(source, model, before=True),
-                                "after": len(data) + (files[0].tell() if external is not None else 0)}
-            summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
-                                "dequantize_nodes": writer.dequantize_nodes, "checker": checker,
-                                "external_data": data_path.name if external is not None else None}
-            if conversion is not None:
-                summary["model"]["conversion"] = conversion
-            summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
+        for f in files:
+            f.flush()
+        # The temporary model loads from its folder with its data file beside it, as it will in place.
+        quantized_ref = temporaries[-1] if external is not None else model.model
+        original_ref = source if model.external else import_onnx().load(str(source))
+        summary = report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+        summary["files"] = {"before": model.stored_bytes, "after": sum(f.tell() for f in files)}
+        summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
+                            "dequantize_nodes": writer.dequantize_nodes, "checker": _check(temporaries[-1]),
+                            "external_data": data_path.name if external is not None else None}
+        if conversion is not None:
+            summary["model"]["conversion"] = conversion
+        summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
     return summary
 
 
@@ -401,20 +400,31 @@ def _first_run(feeds: dict, task: evaluation.Task) -> dict:
     return {n: a[:evaluation.BATCH] for n, a in feeds.items()}
 
 
-def _check_conversion(source: Path, model, original, feeds, before: int, after: int) -> dict:
-    """Run the float model before and after onnx's version converter on the same inputs; refuse the
-    conversion when it changed what the model computes."""
-    if feeds is None:
-        feeds = _made_inputs(model.model)
-    if feeds is None:
-        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not checked (the model's "
-                f"inputs have no fixed shapes and no labelled data was given: --eval checks it)"}
-    with _materialized(original, {}, None, base=model.base) as first, \
-            _materialized(model.model, {}, None, base=model.base) as second:
-        try:
-            result = evaluation.check_conversion(first, second, feeds)
-        except RuntimeError as error:
-            return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not checked ({error})"}
+def _check_conversion(source: Path, model, original, feeds, before: int, after: int, folder: Path) -> dict:
+    """Run the float model before and after onnx's version converter on the same inputs (the labelled
+    data's first run, or made-up inputs that the original model accepts); refuse the conversion when it
+    changed what the model computes."""
+    if model.stored_bytes > CHECK_LIMIT:
+        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not run to check it: "
+                f"the model holds {model.stored_bytes / 1e9:.2f} GB, and running it twice would take more memory "
+                f"than quantizing it"}
+    candidates = [feeds] if feeds is not None else _made_inputs(original)
+    result, failures = None, []
+    try:
+        with _materialized(model.model, model.base, folder) as converted:
+            for candidate in candidates:
+                try:
+                    result = evaluation.check_conversion(source if model.external else original, converted, candidate)
+                    break
+                except RuntimeError as error:
+                    failures.append(str(error))
+    except (RuntimeError, OSError) as error:
+        failures.append(str(error))
+    if result is None:
+        why = failures[-1] if failures and (feeds is not None or "file system" in failures[-1]) else (
+            "no inputs it accepts could be made up; --eval data checks it" if candidates else
+            "its inputs are not all float or integer tensors; --eval data checks it")
+        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not checked ({why})"}
     limit = CONVERSION_TOLERANCE * max(1.0, result["scale"])
     if not result["max_difference"] <= limit:
         raise UserError(f"{source}: onnx's version converter (opset {before} -> {after}, which this type and "
@@ -422,49 +432,75 @@ def _check_conversion(source: Path, model, original, feeds, before: int, after: 
                         f"by {result['max_difference']:.3g} ({result['runtime']}); the model cannot be raised safely")
     exact = "identical outputs" if result["max_difference"] == 0 else \
         f"outputs within {result['max_difference']:.3g} (float rounding)"
+    inputs = "the labelled data's first run" if feeds is not None else "made-up inputs"
     return {"checked": True, "max_difference": result["max_difference"], "runtime": result["runtime"],
             "note": f"{before} -> {after} by onnx's version converter; the float model before and after gives "
-                    f"{exact} ({result['runtime']})"}
+                    f"{exact} on {inputs} ({result['runtime']})"}
 
 
-def _made_inputs(proto) -> dict | None:
-    """Random inputs for a model whose inputs all have fixed shapes and float or integer types."""
+_MADE_SIZES = (1, 32, 64, 48)  # what a dynamic dimension becomes, tried in turn (the first dimension stays 1)
+
+
+def _made_inputs(proto) -> list[dict]:
+    """Candidate inputs for a model: random floats (zeros for integers) of the declared shapes, each
+    dynamic dimension 1 or one of `_MADE_SIZES`. Empty when an input is not a plain tensor."""
     from onnx import helper
 
-    rng = np.random.default_rng(0)
-    feeds = {}
     initializers = {i.name for i in proto.graph.initializer}
+    declared = []
     for graph_input in proto.graph.input:
         if graph_input.name in initializers:
             continue
+        if not graph_input.type.HasField("tensor_type") or not graph_input.type.tensor_type.HasField("shape"):
+            return []
         tensor_type = graph_input.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
-        if not tensor_type.HasField("shape") or any(d is None for d in dims):
-            return None
-        dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[graph_input.name] = rng.standard_normal(dims).astype(dtype)
-        else:
-            return None
-    return feeds
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        except (KeyError, ValueError):
+            return []
+        if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+            return []
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim]
+        declared.append((graph_input.name, dtype, dims))
+    candidates = []
+    for size in _MADE_SIZES:
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for name, dtype, dims in declared:
+            shape = [d if d is not None else (1 if axis == 0 else size) for axis, d in enumerate(dims)]
+            feeds[name] = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                           else np.zeros(shape, dtype))
+        candidates.append(feeds)
+    return candidates
+
+
+LINK_OR_COPY_LIMIT = 1 << 30  # bytes of data files copied (when they cannot be linked) to check a conversion
 
 
 @contextlib.contextmanager
-def _materialized(proto, files: dict[str, Path], path: Path | None, base: Path | None = None):
-    """A path at which ``proto`` loads with its external data: ``path`` itself when given and the
-    model has none; otherwise a temporary folder holding the model and links to its data files
-    (``files`` by location, or the files beside ``base``)."""
+def _materialized(proto, base: Path, folder: Path):
+    """A path (or the proto itself, when it has no external data) at which ``proto`` loads with the
+    data files it names, which lie in ``base``: a temporary folder in ``folder`` holding the model and
+    hard links to the files (onnxruntime and onnx refuse symbolic links that leave the model's folder),
+    or copies where the file systems differ and the files are small. A RuntimeError when neither works."""
     locations = _locations(proto)
     if not locations:
-        yield path if path is not None else proto
+        yield proto
         return
-    with tempfile.TemporaryDirectory(prefix="qlinear-") as folder:
+    with tempfile.TemporaryDirectory(prefix=".qlinear-", dir=folder) as temporary:
+        copied = 0
         for location in locations:
-            target = files.get(location) or (base / location)
-            link = Path(folder) / location
+            target, link = base / location, Path(temporary) / location
             link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(Path(target).resolve(), link)
-        model_path = Path(folder) / "model.onnx"
+            try:
+                os.link(target, link)
+            except OSError:
+                copied += target.stat().st_size
+                if copied > LINK_OR_COPY_LIMIT:
+                    raise RuntimeError(f"its data files are on another file system than {folder} and larger "
+                                       f"than {LINK_OR_COPY_LIMIT >> 20} MiB") from None
+                shutil.copyfile(target, link)
+        model_path = Path(temporary) / "model.onnx"
         model_path.write_bytes(proto.SerializeToString())
         yield model_path
 
@@ -486,15 +522,6 @@ def _check(model) -> str:
         return f"failed: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
 
 
-def _file_bytes(source: Path, model, before: bool) -> int:
-    total = source.stat().st_size
-    for location in _locations(model.model) if before and model.external else []:
-        path = model.base / location
-        if path.exists():
-            total += path.stat().st_size
-    return total
-
-
 def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance) -> dict:
     found = choice.found
     if not choice.quantized:
@@ -510,7 +537,7 @@ def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: S
                             release=release)
     del x
     after = writer.replace(found, finish(), scale, zero_point if qtype.is_integer else None, gran, qtype)
-    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats))
+    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
 
 
 def _measure(measure: Evaluation, original, quantized, input_names: list[str], model) -> dict:

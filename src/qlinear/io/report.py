@@ -25,7 +25,9 @@ PROGRESS_MIN_BYTES = 32 << 20
 # Rows
 
 
-def quantized_row(choice: Choice, qtype, after: int, result: Quantized) -> dict:
+def quantized_row(choice: Choice, qtype, after: int, result: Quantized, plot: bool = False) -> dict:
+    """A quantized tensor's row. Its scale and zero point stay in the row only for ``plot`` (the blocked
+    parameters of a large weight are megabytes, and a model has many weights)."""
     found, gran, stats = choice.found, choice.granularity, result.stats
     return {
         "name": found.name, "shape": list(found.shape), "from": found.type_name or str(found.dtype),
@@ -33,7 +35,8 @@ def quantized_row(choice: Choice, qtype, after: int, result: Quantized) -> dict:
         "symmetric": bool(choice.symmetric or not qtype.is_integer), "location": found.location,
         "bytes_before": int(found.nbytes), "bytes_after": int(after),
         "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error, "quantized": True, "note": choice.reason,
-        "_stats": stats, "_scale": result.scale, "_zero_point": result.zero_point, "_qtype": qtype, "_gran": gran,
+        "_stats": stats, "_scale": result.scale if plot else None, "_zero_point": result.zero_point if plot else None,
+        "_qtype": qtype, "_gran": gran,
     }
 
 

@@ -79,6 +79,9 @@ class OnnxModel:
         if not self.model.graph.node and not self.model.graph.initializer:
             raise UserError(f"{source}: not a readable ONNX model (no graph)")
         self.external = _uses_external_data(self.model)
+        self.stored_bytes = source.stat().st_size + sum(
+            (self.base / location).stat().st_size for location in _data_files(self.model)
+            if (self.base / location).is_file())
         self.refresh()
 
     def refresh(self):
@@ -116,6 +119,13 @@ def _found(constant: onnx_weights.Constant) -> Found:
     shape = tuple(int(d) for d in constant.tensor.dims)
     return Found(constant.name, element.dtype, shape, math.prod(shape) * element.dtype.itemsize,
                  location=constant.location, uses=tuple(constant.uses), type_name=_FLOAT_NAMES[element.onnx_name])
+
+
+def _data_files(model) -> set[str]:
+    from onnx.external_data_helper import _get_all_tensors
+
+    return {entry.value for tensor in _get_all_tensors(model) if tensor.data_location == 1
+            for entry in tensor.external_data if entry.key == "location"}
 
 
 def _uses_external_data(model) -> bool:
@@ -237,9 +247,9 @@ class QdqWriter:
         name = found.name
         q_name, s_name, z_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("quantized", "scale", "zero_point"))
         values.name = q_name
-        new = [values, _raw(helper, s_name, np.asarray(scale, found.dtype), dtypes.BY_DTYPE[np.dtype(found.dtype)])]
+        new = [values, self._parameter(helper, s_name, np.asarray(scale, found.dtype), dtypes.BY_DTYPE[np.dtype(found.dtype)])]
         if qtype.is_integer:
-            new.append(_raw(helper, z_name, np.asarray(zero_point, qtype.dtype), qtype))
+            new.append(self._parameter(helper, z_name, np.asarray(zero_point, qtype.dtype), qtype))
         attributes = {}
         if gran.kind != "tensor":
             attributes["axis"] = gran.axis
@@ -263,6 +273,18 @@ class QdqWriter:
                 graph.node.insert(position + offset, made_node)
         self.dequantize_nodes += 1
         return sum(_stored_bytes(t) for t in new)
+
+    def _parameter(self, helper, name: str, array: np.ndarray, element):
+        """A scale or zero point: inline, or in the data file when there is one and it is not small (the
+        blocked scales of a large weight are 1/32 of it, and would otherwise all stay in memory)."""
+        raw = to_storage(array, element) if element.packs else np.ascontiguousarray(array)
+        if self.external is None or raw.nbytes < SMALL_TENSOR:
+            return helper.make_tensor(name, element.tensorproto, list(array.shape), raw.tobytes(), raw=True)
+        tensor = import_onnx().TensorProto(name=name, data_type=element.tensorproto, dims=list(array.shape))
+        start = self.external.begin()
+        self.external.write(raw.reshape(-1).view(np.uint8))
+        self.external.point(tensor, start)
+        return tensor
 
     def move_kept(self, chosen: list[Found]) -> None:
         """Write every tensor that is not quantized into the output's data file (external data chunk by

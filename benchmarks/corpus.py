@@ -1,0 +1,137 @@
+"""The real-model corpus (tests/corpus) through `qlinear quantize` with its defaults, for BENCHMARKS.md:
+per model and type, the weight bytes found and quantized, the file sizes, the time, and the task figure
+of the float and the quantized model on the corpus' labelled data; then, for int4, which layers cost the
+most (each layer quantized alone, the others float, on a subset of the data).
+
+    uv run python benchmarks/corpus.py                      # the table
+    uv run python benchmarks/corpus.py --layers int4        # and the per-layer costs
+    uv run python benchmarks/corpus.py --json corpus.json
+
+Needs the dev dependency group (the corpus wheels, onnxruntime, Pillow) and espeak-ng for the VAD models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from corpus import measure_float, ocr, speech  # noqa: E402
+from corpus.models import NAMES, ort_runner, path  # noqa: E402
+
+from qlinear.cli import main as qlinear_main  # noqa: E402
+
+DTYPES = ("int8", "int4", "float8e4m3fn")
+SUBSETS = {"ocr_rec": 50, "ocr_det": 3}  # items of the data used for the per-layer scan
+
+
+def quantize(name: str, dtype: str, output: Path, *extra: str) -> tuple[dict, float]:
+    stdout = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(stdout):
+        code = qlinear_main(["quantize", str(path(name)), "--dtype", dtype, "-o", str(output), "--force", "--json",
+                             "--no-eval", *extra])
+    seconds = time.perf_counter() - started
+    if code:
+        raise SystemExit(f"qlinear quantize {name} {dtype} failed")
+    return json.loads(stdout.getvalue()), seconds
+
+
+def headline(name: str, float_out, quantized_out, data) -> dict:
+    before = measure_float.figures(name, float_out, data)
+    after = measure_float.figures(name, quantized_out, data)
+    key = next(iter(before))
+    result = {"figure": key, "float": before[key], "quantized": after[key]}
+    if name == "ocr_det":
+        result["vs float"] = ocr.det_iou(float_out, quantized_out)
+        result["vs float name"] = "map IoU (p > 0.3)"
+    elif name.startswith("vad"):
+        result["vs float"] = speech.decision_agreement(float_out, quantized_out)
+        result["vs float name"] = "decisions equal"
+    elif name == "ocr_rec":
+        result["vs float"] = ocr.exact_match(quantized_out.texts, [t.strip(" ") for t in float_out.texts])
+        result["vs float name"] = "texts equal"
+    else:
+        result["vs float"] = float((quantized_out.argmax(1) == float_out.argmax(1)).mean())
+        result["vs float name"] = "predictions equal"
+    return result
+
+
+def subset(name: str, data):
+    count = SUBSETS.get(name)
+    if count is None:
+        return data
+    if name == "ocr_rec":
+        return ocr.RecData(data.images[:count], data.labels[:count], data.raw[:count])
+    return data[:count]
+
+
+def layer_costs(name: str, dtype: str, rows: list[dict], folder: Path) -> list[dict]:
+    """Each quantized tensor of the default run quantized alone: the task figure's drop on a subset."""
+    data = subset(name, measure_float.data(name))
+    float_out = measure_float.outputs(name, ort_runner(path(name)), data)
+    costs = []
+    for row in rows:
+        if not row["quantized"]:
+            continue
+        output = folder / f"{name}.{dtype}.layer.onnx"
+        quantize(name, dtype, output, "--include", row["name"])
+        figures = headline(name, float_out, measure_float.outputs(name, ort_runner(output), data), data)
+        costs.append({"tensor": row["name"], "shape": row["shape"], "sqnr_db": row["sqnr_db"],
+                      "drop": figures["float"] - figures["quantized"], "vs float": figures["vs float"]})
+    return sorted(costs, key=lambda c: (c["vs float"], -c["drop"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(NAMES), choices=NAMES)
+    parser.add_argument("--layers", nargs="*", default=[], choices=DTYPES, help="per-layer costs for these types")
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        for name in args.models:
+            data = measure_float.data(name)
+            float_out = measure_float.float_outputs(name)
+            for dtype in DTYPES:
+                output = folder / f"{name}.{dtype}.onnx"
+                report, seconds = quantize(name, dtype, output)
+                started = time.perf_counter()
+                quantized_out = measure_float.outputs(name, ort_runner(output), data)
+                run_seconds = time.perf_counter() - started
+                figures = headline(name, float_out, quantized_out, data)
+                weights = report["totals"]["weights"]
+                entry = {"model": name, "dtype": dtype, "quantize_s": seconds, "run_s": run_seconds,
+                         "weights_bytes": weights["bytes"], "quantized_bytes": weights["quantized_bytes"],
+                         "places": list(weights["places"]), "file_before": report["files"]["before"],
+                         "file_after": report["files"]["after"], "sqnr_db": report["totals"].get("sqnr_db"),
+                         "opset": f"{report['model']['opset_before']} -> {report['model']['opset_after']}",
+                         **figures}
+                if dtype in args.layers:
+                    entry["layers"] = layer_costs(name, dtype, report["tensors"], folder)[: args.top]
+                results.append(entry)
+                print(f"{name:9} {dtype:13} {100 * weights['share']:5.1f}% of {weights['bytes'] / 1e6:6.2f} MB "
+                      f"({', '.join(weights['places'])}); file {entry['file_before'] / 1e6:.2f} -> "
+                      f"{entry['file_after'] / 1e6:.2f} MB; opset {entry['opset']}; SQNR {entry['sqnr_db']:.1f} dB; "
+                      f"{figures['figure']}: {100 * figures['float']:.2f}% -> {100 * figures['quantized']:.2f}%; "
+                      f"{figures['vs float name']} {100 * figures['vs float']:.2f}%; quantize {seconds:.2f} s",
+                      flush=True)
+                for cost in entry.get("layers", []):
+                    print(f"    {cost['tensor']:40} {'x'.join(map(str, cost['shape'])):14} SQNR {cost['sqnr_db']:5.1f} dB  "
+                          f"alone: drop {100 * cost['drop']:+.2f} points, {figures['vs float name']} "
+                          f"{100 * cost['vs float']:.2f}%", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
