@@ -64,7 +64,7 @@ examples:
   qlinear quantize weights.npz --dtype int8 -o weights-int8.npz
   qlinear quantize model.safetensors --dtype float8e4m3fn --exclude '*.embed*'
 
-Defaults (what onnxruntime, NNCF and the GenAI model builder agree on):
+Defaults:
   which tensors  ONNX: the float weights of Conv, ConvTranspose, Gemm, MatMul (a constant operand),
                  LSTM/GRU/RNN (W and R) and Gather (an embedding table), wherever they are stored:
                  initializers, Constant nodes, the graphs of If/Loop/Scan, behind Cast/Transpose/
@@ -74,8 +74,9 @@ Defaults (what onnxruntime, NNCF and the GenAI model builder agree on):
                  operator that reads the weight; tensor files: axis 0). 6 bits and fewer: blocks of 32
                  along the reduction axis (tensor files: the last axis); per output channel where that
                  axis is shorter than a block (depthwise convolutions).
-  symmetric      yes: signed types zero point 0 and the range [-qmax, qmax], unsigned the middle code
-                 (--asymmetric: min/max with a zero point); float8/6/4 are always symmetric.
+  symmetric      8 and 16 bits: yes (signed types zero point 0 and the range [-qmax, qmax], unsigned
+                 the middle code); 6 bits and fewer: min/max with a zero point; float8/6/4 always.
+                 --symmetric or --asymmetric decides for every type.
   opset          raised to what the type and granularity need (13 per channel, 19 float8 or float16
                  scales, 21 int4/blocks, 23 float4, 25 int2), with onnx's version converter; the float
                  model before and after is run on the same inputs first, and a conversion that changes
@@ -122,9 +123,11 @@ def _add_quantize(commands) -> None:
     p.add_argument("--block-size", type=int, metavar="B", help="elements per block (default 32)")
     scheme = p.add_mutually_exclusive_group()
     scheme.add_argument("--symmetric", action="store_true",
-                        help="scale from absmax, zero point 0 (signed) or the middle code (unsigned): the default")
+                        help="scale from absmax, zero point 0 (signed) or the middle code (unsigned); the default "
+                        "for 8- and 16-bit types")
     scheme.add_argument("--asymmetric", action="store_true",
-                        help="integer types: scale and zero point from min and max (0 widened into the range)")
+                        help="integer types: scale and zero point from min and max (0 widened into the range); the "
+                        "default for 6 bits and fewer")
     p.add_argument("--include", action="append", metavar="GLOB", default=[],
                    help="quantize only tensors whose name matches (repeatable), weights or not")
     p.add_argument("--exclude", action="append", metavar="GLOB", default=[],

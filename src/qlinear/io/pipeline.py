@@ -315,7 +315,10 @@ class Evaluation:
     task: evaluation.Task = evaluation.Task()
 
 
-_SCALE_TYPES = {"float32": "float", "float16": "float16", "bfloat16": "bfloat16"}
+# The scale type of each weight type: its own, except bfloat16, whose DequantizeLinear onnxruntime 1.32
+# cannot run; bfloat16 weights get float32 scales and a Cast (the same values: DequantizeLinear computes a
+# bfloat16 output as the float32 product rounded to bfloat16).
+_SCALE_TYPES = {"float32": "float", "float16": "float16", "bfloat16": "float"}
 
 
 def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evaluation) -> dict:
@@ -530,7 +533,8 @@ def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: S
     x = model.array(found)
     gran = choice.granularity
     release = tensor_files.page_releaser(x, found) if isinstance(x, np.memmap) and x.ndim else None
-    scale, zero_point = calibrate_tensor(where, x, gran, qtype, choice.symmetric, scale_dtype=found.dtype,
+    scale_dtype = np.float32 if _SCALE_TYPES[found.type_name] == "float" else found.dtype
+    scale, zero_point = calibrate_tensor(where, x, gran, qtype, choice.symmetric, scale_dtype=scale_dtype,
                                          progress=advance, release=release)
     sink, finish = writer.sink(found, qtype)
     stats = quantize_tensor(x, gran, qtype, scale, zero_point, sink, plot=settings.plot, progress=advance,

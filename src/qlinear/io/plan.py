@@ -111,6 +111,7 @@ class Found:
     uses: tuple[Use, ...] | None = None  # how a model uses it; None for tensor files (no graph)
     code: str | None = None  # the file's own type name where NumPy has none (safetensors "F8_E4M3", ...)
     type_name: str = ""  # the type as the report shows it
+    key: str = ""  # what its reader finds it by, where names repeat (a model's sibling If branches); else ""
 
     @property
     def size(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .. import calibrate
@@ -43,13 +44,7 @@ def quantize_tensor(x, gran: Granularity, qtype: ElementType, scale: np.ndarray,
         chunk = np.asarray(x[start:stop])
         chunk_scale = scale if scalar else param_rows(scale, gran, start, stop)
         chunk_zero = zero_point if scalar else param_rows(zero_point, gran, start, stop)
-        x32 = chunk.astype(np.float32)
-        if qtype.is_integer:
-            q = quantize_linear(x32, chunk_scale.astype(np.float32), chunk_zero, **attrs)
-            restored = dequantize_linear(q, chunk_scale, chunk_zero, **attrs)
-        else:
-            q = quantize_linear(x32, chunk_scale.astype(np.float32), output_dtype=qtype.onnx_name, **attrs)
-            restored = dequantize_linear(q, chunk_scale, **attrs)
+        q, restored = quantize_chunk(chunk, chunk_scale, chunk_zero, qtype, attrs)
         error = chunk.astype(np.float64) - restored.astype(np.float64)
         squared = error * error
         stats.signal += float(np.sum(np.square(chunk, dtype=np.float64)))
@@ -69,6 +64,26 @@ def quantize_tensor(x, gran: Granularity, qtype: ElementType, scale: np.ndarray,
         stats.group_noise = combine(noises, gran, np.add)
         stats.group_count = combine(counts, gran, np.add)
     return stats
+
+
+_OWN_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def quantize_chunk(x, scale, zero_point, qtype: ElementType, attrs: dict):
+    """(QuantizeLinear(x, scale, zero point), the weight those codes stand for): x in its own type where
+    QuantizeLinear takes it (float64 as float32) and the scale as stored, so the division happens in the
+    scale's type, as the spec and the written model have it; the dequantized values rounded to x's type,
+    which is what a model's weight (or `qlinear dequantize`) becomes."""
+    xq = x if x.dtype in _OWN_TYPES else x.astype(np.float32)
+    if qtype.is_integer:
+        q = quantize_linear(xq, scale, zero_point, **attrs)
+        restored = dequantize_linear(q, scale, zero_point, **attrs)
+    else:
+        q = quantize_linear(xq, scale, output_dtype=qtype.onnx_name, **attrs)
+        restored = dequantize_linear(q, scale, **attrs)
+    if x.dtype in _OWN_TYPES and restored.dtype != x.dtype:
+        restored = restored.astype(x.dtype)
+    return q, restored
 
 
 def _finite(scale, zero_point, qtype: ElementType, end: str) -> np.ndarray:

@@ -94,6 +94,9 @@ def _kept_because(found: Found, settings: Settings, rules: Rules) -> str | None:
             return _role(found)
         if settings.keep_1d and len(found.shape) < 2:
             what = "a scalar" if not found.shape else "1-D"
+            if found.uses and any(use.weight for use in found.uses):
+                return (f"{what}, stored flat and reshaped into a weight ({_uses(found)}); --include it to quantize "
+                        f"it")
             return f"{what} (a bias or norm scale); --include it to quantize it"
     min_elements = rules.min_elements if settings.min_elements is None else settings.min_elements
     if found.size < max(min_elements, 1):

@@ -98,13 +98,15 @@ def quantize_graph(x, gran: Granularity, qtype, scale, zero_point):
     from ..ops.quantize_linear import dequantize_linear, quantize_linear
 
     attrs = gran.attributes()
-    x32 = x.astype(np.float32)
+    x32 = x.astype(np.float32)  # exact: the scales of tensor files and stores are float32
     if qtype.is_integer:
         q = quantize_linear(x32, scale, zero_point, **attrs)
         restored = dequantize_linear(q, scale, zero_point, **attrs)
     else:
         q = quantize_linear(x32, scale, output_dtype=qtype.onnx_name, **attrs)
         restored = dequantize_linear(q, scale, **attrs)
+    if np.dtype(x.dtype).itemsize < 4:  # float16/bfloat16: restored in the tensor's type, as `quantization` does
+        restored = restored.astype(x.dtype)
     x64 = x.astype(np.float64)
     error = x64 - restored.astype(np.float64)
     return q, ((x64 * x64).sum(), (error * error).sum(), abs(error).max())

@@ -86,7 +86,8 @@ class OnnxModel:
 
     def refresh(self):
         """Search the (possibly converted) model for its constants again."""
-        self.constants = {c.name: c for c in onnx_weights.find_constants(self.model, _attributes, _small_array)}
+        # Keyed by scope and name: sibling graphs (an If's two branches) may each define a constant "w".
+        self.constants = {_key_of(c): c for c in onnx_weights.find_constants(self.model, _attributes, _small_array)}
         self.found = [_found(c) for c in self.constants.values()]
 
     @property
@@ -94,7 +95,7 @@ class OnnxModel:
         return default_opset(self.model)
 
     def array(self, found: Found) -> np.ndarray:
-        constant = self.constants[found.name]
+        constant = self.constants[found.key]
         return read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {found.name!r}")
 
     def raise_opset(self, target: int):
@@ -114,11 +115,16 @@ class OnnxModel:
         self.refresh()
 
 
+def _key_of(constant: onnx_weights.Constant) -> str:
+    return f"{constant.scope}\n{constant.name}"
+
+
 def _found(constant: onnx_weights.Constant) -> Found:
     element = dtypes.BY_TENSORPROTO.get(constant.tensor.data_type)
     shape = tuple(int(d) for d in constant.tensor.dims)
     return Found(constant.name, element.dtype, shape, math.prod(shape) * element.dtype.itemsize,
-                 location=constant.location, uses=tuple(constant.uses), type_name=_FLOAT_NAMES[element.onnx_name])
+                 location=constant.location, uses=tuple(constant.uses), type_name=_FLOAT_NAMES[element.onnx_name],
+                 key=_key_of(constant))
 
 
 def _data_files(model) -> set[str]:
@@ -242,12 +248,13 @@ class QdqWriter:
         bytes the three new tensors hold."""
         from onnx import helper
 
-        constant = self.model.constants[found.name]
+        constant = self.model.constants[found.key]
         graph = constant.graph
         name = found.name
         q_name, s_name, z_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("quantized", "scale", "zero_point"))
         values.name = q_name
-        new = [values, self._parameter(helper, s_name, np.asarray(scale, found.dtype), dtypes.BY_DTYPE[np.dtype(found.dtype)])]
+        scale = np.asarray(scale)
+        new = [values, self._parameter(helper, s_name, scale, dtypes.BY_DTYPE[scale.dtype])]
         if qtype.is_integer:
             new.append(self._parameter(helper, z_name, np.asarray(zero_point, qtype.dtype), qtype))
         attributes = {}
@@ -255,21 +262,29 @@ class QdqWriter:
             attributes["axis"] = gran.axis
         if gran.kind == "block":
             attributes["block_size"] = gran.block_size
-        node = helper.make_node("DequantizeLinear", [t.name for t in new], [name],
+        weight_type = dtypes.BY_DTYPE[np.dtype(found.dtype)]
+        cast = weight_type.dtype != scale.dtype  # bfloat16 weights: float32 scales, then a Cast
+        dequantized = _unique(f"{name}_dequantized", self.taken) if cast else name
+        node = helper.make_node("DequantizeLinear", [t.name for t in new], [dequantized],
                                 name=_unique(f"{name}_DequantizeLinear", self.taken), **attributes)
+        nodes = [node]
+        if cast:
+            nodes.append(helper.make_node("Cast", [dequantized], [name], to=weight_type.tensorproto,
+                                          name=_unique(f"{name}_Cast", self.taken)))
         if constant.node is None:
             graph.initializer.remove(constant.tensor)
             graph.initializer.extend(new)
             for graph_input in list(graph.input):
                 if graph_input.name == name:  # old models list initializers as inputs too
                     graph.input.remove(graph_input)
-            graph.node.insert(0, node)
+            for offset, made_node in enumerate(nodes):
+                graph.node.insert(offset, made_node)
         else:
             position = list(graph.node).index(constant.node)
             made = [helper.make_node("Constant", [], [t.name], value=t, name=_unique(f"{t.name}_Constant", self.taken))
                     for t in new]
             del graph.node[position]
-            for offset, made_node in enumerate(made + [node]):
+            for offset, made_node in enumerate(made + nodes):
                 graph.node.insert(position + offset, made_node)
         self.dequantize_nodes += 1
         return sum(_stored_bytes(t) for t in new)
@@ -292,7 +307,7 @@ class QdqWriter:
         from onnx import numpy_helper
         from onnx.external_data_helper import _get_all_tensors
 
-        skip = {_key(self.model.constants[found.name].tensor) for found in chosen}
+        skip = {_key(self.model.constants[found.key].tensor) for found in chosen}
         for tensor in _get_all_tensors(self.model.model):
             if _key(tensor) in skip:
                 continue
