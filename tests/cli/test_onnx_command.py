@@ -164,3 +164,51 @@ def test_onnxruntime_default_fusion_breaks_int2_weights(tmp_path, capsys):
     # only its failure is pinned; if onnxruntime fixes the fusion, this fails.
     assert accuracy["quantized_default_optimizations"] < 0.5
     assert np.mean(fused.argmax(1) == data["labels"]) < 0.5
+
+
+def _small_model(opset: int, extra_nodes=(), output="y"):
+    rng = np.random.default_rng(9)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if not extra_nodes else "m"]), *extra_nodes]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None)], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_an_opset_the_converter_cannot_raise_is_one_line(tmp_path, capsys):
+    """onnx's version converter refuses a node it cannot adapt (an Upsample-7 without its scales): the
+    int4 weights need opset 21, so the command stops with the converter's reason, writing nothing."""
+    model = _small_model(7, [helper.make_node("Upsample", ["m"], ["y"], mode="nearest")])
+    source = tmp_path / "old.onnx"
+    onnx.save(model, str(source))
+    code = main(["quantize", str(source), "--dtype", "int4", "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "is at opset 7 and 21 is needed" in err and "version converter cannot raise it" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.onnx"]
+
+
+def test_a_conversion_that_changes_the_outputs_is_refused(tmp_path, capsys, monkeypatch):
+    """A converter that changed what the model computes (simulated: it doubles the weight) is caught by
+    running the float model before and after on the same inputs, before anything is quantized."""
+    from onnx import version_converter
+
+    convert = version_converter.convert_version
+
+    def doubling(model, target):
+        converted = convert(model, target)
+        for tensor in converted.graph.initializer:
+            tensor.CopyFrom(numpy_helper.from_array(2 * numpy_helper.to_array(tensor), tensor.name))
+        return converted
+
+    monkeypatch.setattr(version_converter, "convert_version", doubling)
+    source = tmp_path / "m.onnx"
+    onnx.save(_small_model(13), str(source))
+    code = main(["quantize", str(source), "--dtype", "int4", "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and "changed what the float model computes" in err and "13 -> 21" in err
+    assert not (tmp_path / "q.onnx").exists()
+    monkeypatch.setattr(version_converter, "convert_version", convert)
+    assert main(["quantize", str(source), "--dtype", "int4", "-o", str(tmp_path / "q.onnx"), "--json"]) == 0
+    conversion = json.loads(capsys.readouterr().out)["model"]["conversion"]
+    assert conversion["checked"] and conversion["max_difference"] == 0.0
