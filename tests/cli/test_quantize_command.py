@@ -257,3 +257,30 @@ def test_compressed_npz_input(tmp_path, capsys):
     plain, _ = read_tensor_file(tmp_path / "plain-q.npz")
     packed, _ = read_tensor_file(tmp_path / "packed-q.npz")
     assert sorted(plain) == sorted(packed) and all(np.array_equal(plain[k], packed[k]) for k in plain)
+
+
+def test_norm_scales_and_biases_of_a_checkpoint_stay_float(tmp_path, capsys):
+    """A transformer checkpoint's names: the 1-D norm weights and biases are kept by default (they were
+    quantized before), the matrices are quantized per output channel; --include names a 1-D tensor in."""
+    rng = np.random.default_rng(2)
+    arrays = {"model.embed_tokens.weight": rng.standard_normal((32, 16)).astype(np.float32),
+              "model.layers.0.input_layernorm.weight": (1 + 0.1 * rng.standard_normal(16)).astype(np.float32),
+              "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((16, 16)).astype(np.float32),
+              "model.layers.0.self_attn.q_proj.bias": rng.standard_normal(16).astype(np.float32),
+              "model.norm.weight": np.ones(16, np.float32)}
+    source = tmp_path / "model.safetensors"
+    safetensors_numpy.save_file(arrays, str(source))
+    code, out, err = _in_process(capsys, "quantize", source, "--dtype", "int8", "-o", tmp_path / "q.safetensors",
+                                 "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["tensors"]}
+    for name, array in arrays.items():
+        assert rows[name]["quantized"] == (array.ndim == 2), name
+        if array.ndim == 2:
+            assert rows[name]["granularity"] == "per-axis (axis 0)" and rows[name]["symmetric"]
+        else:
+            assert rows[name]["note"] == "1-D (a bias or norm scale); --include it to quantize it"
+    code, out, err = _in_process(capsys, "quantize", source, "--dtype", "int8", "--include", "*norm*",
+                                 "-o", tmp_path / "q2.safetensors", "--json")
+    rows = {r["name"]: r for r in json.loads(out)["tensors"]}
+    assert [n for n, r in rows.items() if r["quantized"]] == ["model.layers.0.input_layernorm.weight", "model.norm.weight"]

@@ -261,3 +261,47 @@ def test_report_vad_as_a_stream(folder):
     output, _ = _quantized(folder, "vad", "int8")
     quantized = measure_float.outputs("vad", ort_runner(output), data)
     assert accuracy["agreement"] == pytest.approx(speech.decision_agreement(float_probabilities, quantized), abs=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_a_real_safetensors_checkpoint(tmp_path, dtype):
+    """silero's own PyTorch checkpoint (`silero_vad_16k.safetensors`, in the same wheel): with the defaults
+    every weight of 2+ dimensions is quantized (int8 per output channel, axis 0; int4 in blocks of 32 along
+    the last axis, or per channel where it is shorter) and every bias stays float; `qlinear dequantize` gives
+    each weight back within half a quantization step, checked with the stored scales and zero points."""
+    import importlib.metadata
+
+    from safetensors.numpy import load_file
+
+    try:
+        source = Path(importlib.metadata.distribution("silero-vad").locate_file("silero_vad/data/silero_vad_16k.safetensors"))
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the silero-vad wheel is not installed")
+    original = load_file(str(source))
+    quantized, restored = tmp_path / "q.safetensors", tmp_path / "r.safetensors"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["quantize", str(source), "--dtype", dtype, "-o", str(quantized), "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(stdout.getvalue())["tensors"]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["dequantize", str(quantized), "-o", str(restored)]) == 0
+    stored, back = load_file(str(quantized)), load_file(str(restored))
+    assert sorted(back) == sorted(original)
+    for name, weight in original.items():
+        if weight.ndim < 2:
+            assert not rows[name]["quantized"] and "1-D" in rows[name]["note"]
+            assert np.array_equal(back[name], weight) and name + ".scale" not in stored
+            continue
+        assert rows[name]["quantized"], name
+        scale = stored[name + ".scale"].astype(np.float64)
+        if dtype == "int8":
+            assert rows[name]["granularity"] == "per-axis (axis 0)" and scale.shape == (weight.shape[0],)
+            step = scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        elif weight.shape[-1] >= 32:
+            assert rows[name]["granularity"] == f"blocked (axis {weight.ndim - 1}, 32)"
+            step = np.repeat(scale, 32, axis=-1)[..., : weight.shape[-1]]
+        else:
+            assert rows[name]["granularity"] == "per-axis (axis 0)"
+            step = scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        error = np.abs(back[name].astype(np.float64) - weight.astype(np.float64))
+        assert np.all(error <= step / 2 + np.abs(weight) * 2.0**-22), name
