@@ -3,7 +3,6 @@ nothing written; never overwriting; the atomic-write guarantee; help texts with 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

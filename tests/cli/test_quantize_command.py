@@ -18,7 +18,7 @@ import pytest
 
 from qlinear.cli import main
 
-from ._helpers import (BITS, ML_DTYPES, QUANTIZED_TYPES, TENSORPROTO, read_tensor_file, run, stored_to_onnx_array,
+from ._helpers import (BITS, QUANTIZED_TYPES, TENSORPROTO, read_tensor_file, run, stored_to_onnx_array,
                        onnx_node)
 
 pytest.importorskip("onnx")
@@ -45,7 +45,7 @@ def _inputs(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def _write(tmp_path, fmt: str, arrays: dict) -> "Path":
+def _write(tmp_path, fmt: str, arrays: dict):
     if fmt == "npy":
         path = tmp_path / "layer.weight.npy"
         np.save(path, arrays["layer.weight"])
