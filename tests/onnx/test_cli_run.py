@@ -94,7 +94,7 @@ def test_user_errors_are_one_line_with_exit_status_2(chain, tmp_path, make_args,
     onnx.save(two, tmp_path / "two.onnx")
     assert main([str(a) for a in make_args(path, x_file, tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, out.stderr
+    assert len(lines) == 1, lines
     assert lines[0].startswith("qlinear run: error: ")
     assert re.search(message, lines[0]), lines[0]
     assert not (tmp_path / "o.npy").exists()
