@@ -152,9 +152,10 @@ def resolve(
         return Granularity("block", x_shape, axis, block_size)
 
     if len(scale_shape) == 0 or (len(scale_shape) == 1 and scale_shape[0] == 1):
-        if len(scale_shape) == 1 and "axis" not in allowed:
-            raise ValueError(f"{function}: {opset_label} needs a scalar {scale_name}, got shape {scale_shape}")
-        # The axis attribute plays no part in per-tensor quantization (and a rank-1 x has no axis 1).
+        # A one-element 1-D scale is per-tensor at every opset, version 10 included (whose text says "a
+        # scalar"): both peers take it so, and onnxruntime's quantizer writes it so at opsets 10-13, which
+        # makes it the most common quantized ONNX model there is (docs/semantics.md, row 18). The axis
+        # attribute plays no part in per-tensor quantization (and a rank-1 x has no axis 1).
         return Granularity("tensor", x_shape)
     if len(scale_shape) == 1:
         _require("axis", allowed, function, opset_label, scale_name, scale_shape)
