@@ -37,6 +37,23 @@ def run(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
                           cwd=cwd or REPO, timeout=timeout)
 
 
+def in_process(*args) -> subprocess.CompletedProcess:
+    """`qlinear.cli.main` in this process, as `run` gives it (exit status, stdout, stderr): the same code
+    without paying for a Python start and the imports each time."""
+    import contextlib
+    import io
+
+    from qlinear.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    return subprocess.CompletedProcess(["qlinear", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def read_tensor_file(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     """All arrays and the qlinear metadata, read with numpy's and safetensors' own readers."""
     if path.suffix == ".npz":

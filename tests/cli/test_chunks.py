@@ -1,4 +1,4 @@
-"""`qlinear quantize --chunks` and .zarr stores: the command as a subprocess, with chunks small enough
+"""`qlinear quantize --chunks` and .zarr stores: the command (in this process; the errors as a subprocess), with chunks small enough
 to split rows, blocks and zarr storage chunks, must give exactly what `qlinear.quantize_linear` gives
 on the whole array (itself checked against the ONNX peers in tests/ops), and what the in-memory path
 of the same command gives; `qlinear dequantize` restores a store; errors are one line, exit 2."""
@@ -17,7 +17,7 @@ from qlinear.cli import main
 from qlinear.dtypes import get
 from qlinear.granularity import Granularity
 
-from ._helpers import EXAMPLE, read_tensor_file, run
+from ._helpers import EXAMPLE, in_process, read_tensor_file, run
 
 zarr = pytest.importorskip("zarr")
 pytest.importorskip("dask.array")
@@ -74,7 +74,7 @@ def test_zarr_round_trip_equals_whole_array(tmp_path, case):
     source = tmp_path / "m.zarr"
     zarr.create_array(source, shape=MATRIX.shape, chunks=storage_chunks, dtype="float32")[...] = MATRIX
     out = tmp_path / "m-q.zarr"
-    result = run("quantize", source, "--dtype", qtype, *flags, "--chunks", chunks, "-o", out, "--json")
+    result = in_process("quantize", source, "--dtype", qtype, *flags, "--chunks", chunks, "-o", out, "--json")
     assert result.returncode == 0, result.stderr
     q, scale, zero_point, restored = _expected(MATRIX, qtype, kind, axis, block_size, _symmetric(qtype, flags))
 
@@ -95,7 +95,7 @@ def test_zarr_round_trip_equals_whole_array(tmp_path, case):
     assert row["max_abs_error"] == pytest.approx(float(np.max(np.abs(error))), rel=1e-12)
 
     back = tmp_path / "m-restored.zarr"
-    result = run("dequantize", out, "-o", back)
+    result = in_process("dequantize", out, "-o", back)
     assert result.returncode == 0, result.stderr
     restored_store = zarr.open(back, mode="r")
     assert isinstance(restored_store, zarr.Array)  # a one-array store comes back as one array
@@ -115,10 +115,10 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
     group.create_array("layer/b", data=nested, chunks=(4, 4))
     out = tmp_path / "g-q.zarr"
     group.create_array("s", data=np.array(2.5, np.float32))
-    result = run("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "--include", "*",
+    result = in_process("quantize", source, "--dtype", "int8", "--granularity", "axis", "--chunks", "24", "--include", "*",
                  "-o", out)
     assert result.returncode == 2 and "tensor 's': a scalar (shape ()) cannot take per-axis" in result.stderr  # as for files
-    result = run("quantize", source, "--dtype", "int8", "--chunks", "24", "-o", out)
+    result = in_process("quantize", source, "--dtype", "int8", "--chunks", "24", "-o", out)
     assert result.returncode == 0, result.stderr
     written = zarr.open_group(out, mode="r")
     assert written.attrs["note"] == "kept" and written.attrs["qlinear"]["copied"] == ["bias", "ids", "s"]
@@ -127,7 +127,7 @@ def test_zarr_group_nested_and_copied_arrays(tmp_path):
         assert np.array_equal(written[name][...], q)
         assert np.array_equal(written[name + ".scale"][...], scale)
     back = tmp_path / "g-r.zarr"
-    assert run("dequantize", out, "-o", back).returncode == 0
+    assert in_process("dequantize", out, "-o", back).returncode == 0
     restored = zarr.open_group(back, mode="r")
     assert sorted(restored.array_keys()) == ["bias", "ids", "s", "w"] and restored.attrs["note"] == "kept"
     assert restored["s"][...] == np.float32(2.5)
@@ -151,8 +151,8 @@ def test_tensor_files_with_chunks_equal_the_in_memory_path(tmp_path, suffix, qty
         save_file({"m": MATRIX, "v": MATRIX[0].astype(np.float64)}, str(source))
     out_suffix = ".npz" if suffix == ".npy" else suffix
     plain, streamed = tmp_path / f"plain{out_suffix}", tmp_path / f"dask{out_suffix}"
-    assert run("quantize", source, "--dtype", qtype, *flags, "-o", plain).returncode == 0
-    result = run("quantize", source, "--dtype", qtype, *flags, "--chunks", chunks, "-o", streamed)
+    assert in_process("quantize", source, "--dtype", qtype, *flags, "-o", plain).returncode == 0
+    result = in_process("quantize", source, "--dtype", qtype, *flags, "--chunks", chunks, "-o", streamed)
     assert result.returncode == 0, result.stderr
     plain_arrays, plain_meta = read_tensor_file(plain)
     dask_arrays, dask_meta = read_tensor_file(streamed)
@@ -193,7 +193,7 @@ def _one_line_failure(result, match):
 ])
 def test_bad_chunks_value(tmp_path, value, match):
     np.save(tmp_path / "m.npy", MATRIX)
-    result = run("quantize", tmp_path / "m.npy", "--dtype", "int8", f"--chunks={value}", "-o", tmp_path / "q.npz")
+    result = in_process("quantize", tmp_path / "m.npy", "--dtype", "int8", f"--chunks={value}", "-o", tmp_path / "q.npz")
     _one_line_failure(result, match)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npy"]
 
@@ -220,7 +220,7 @@ def test_existing_output_store_needs_force(tmp_path):
     out = tmp_path / "q.zarr"
     out.mkdir()
     (out / "old").write_text("x")
-    _one_line_failure(run("quantize", source, "--dtype", "int8", "-o", out), "already exists; pass --force")
-    assert run("quantize", source, "--dtype", "int8", "-o", out, "--force").returncode == 0
+    _one_line_failure(in_process("quantize", source, "--dtype", "int8", "-o", out), "already exists; pass --force")
+    assert in_process("quantize", source, "--dtype", "int8", "-o", out, "--force").returncode == 0
     assert not (out / "old").exists() and "qlinear" in zarr.open_group(out, mode="r").attrs
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.zarr", "q.zarr"]

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qlinear
+from suite import examples
 
 da = pytest.importorskip("dask.array")
 
@@ -49,7 +50,7 @@ def cases(draw):
     return x, chunks, scale, zp, dict(axis=axis, block_size=block_size, output_dtype=output)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(cases())
 def test_dask_equals_numpy(case):
     x, chunks, scale, zp, kwargs = case

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qlinear
+from suite import examples
 
 da = pytest.importorskip("dask.array")
 
@@ -34,7 +35,7 @@ def cases(draw):
     return x, chunks, low, high, T, kwargs
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(cases())
 def test_dask_equals_numpy(case):
     x, chunks, low, high, T, kwargs = case

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from qlinear.kernels import im2col
 from qlinear.kernels import integer_gemm as ig
+from suite import examples, kernel_paths
 
-PATHS = ig.available_paths()
+PATHS = kernel_paths(ig.available_paths())
 I8, U8 = np.int8, np.uint8
 
 
@@ -179,7 +180,7 @@ def test_repeated_calls_with_one_prepacked_weight_set(path):
         np.testing.assert_array_equal(got, want)
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(data=st.data())
 def test_property_random_geometry(data):
     path = data.draw(st.sampled_from(PATHS))

@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qlinear.kernels import integer_gemm as ig
+from suite import examples, kernel_paths
 
-PATHS = ig.available_paths()
+PATHS = kernel_paths(ig.available_paths())
 I8, U8 = np.int8, np.uint8
 
 
@@ -167,7 +168,7 @@ def test_requantization_ties_round_half_to_even(path, mode):
     assert got[5, 0] == 2 - 4 and got[7, 0] == 4 - 4 and got[255, 0] == 124  # 2.5->2, 3.5->4, 127.5->128
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(data=st.data())
 def test_property_random_shapes_and_zero_points(data):
     path = data.draw(st.sampled_from(PATHS))

@@ -23,6 +23,9 @@ import json, re
 import numpy as np
 from qlinear.kernels import _drivers, im2col, integer_gemm as ig, threads
 
+# Compiles every kernel from scratch in a fresh process (1-2 minutes on 2 cores): the full suite only.
+pytestmark = pytest.mark.full
+
 threads.set_num_threads(2)
 rng = np.random.default_rng(0)
 for ci, co, hw, s, k, grp in [(16, 16, 9, 1, 3, 1), (16, 16, 9, 2, 3, 1), (16, 16, 30, 3, 9, 1), (16, 16, 9, 1, 1, 1),

@@ -27,6 +27,7 @@ from qlinear import dtypes, schemas
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import threads
 from qlinear.ops import quantize_linear as ops
+from suite import examples
 
 Q28 = schemas.schema_for("QuantizeLinear", None, "test")
 DQ28 = schemas.schema_for("DequantizeLinear", None, "test")
@@ -137,7 +138,7 @@ SCALE_TYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.int32, ml_dtypes.f
 PRECISIONS = [None, "float", "float16", "bfloat16", "double"]
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(
     layout=layouts(),
     x_type=st.sampled_from(X_TYPES),
@@ -163,7 +164,7 @@ def test_quantize_kernel_equals_reference(layout, x_type, scale_type, output, pr
     _assert_identical(fast, slow)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     layout=layouts(),
     x_type=st.sampled_from(DQ_INPUTS),

@@ -20,6 +20,9 @@ import textwrap
 
 import pytest
 
+# Compiles every kernel from scratch in a fresh process (1-2 minutes on 2 cores): the full suite only.
+pytestmark = pytest.mark.full
+
 pytest.importorskip("numba")
 
 _PROBE = textwrap.dedent(

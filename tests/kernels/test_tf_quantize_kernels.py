@@ -16,6 +16,7 @@ import qlinear.tf
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import threads
 from qlinear.tf import quantize as tf_api
+from suite import examples
 
 TYPES = ["qint8", "quint8", "qint16", "quint16", "qint32"]
 STORAGE = {"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32}
@@ -76,7 +77,7 @@ def tf_cases(draw):
     return dict(x=x, mins=mins, maxs=maxs, mode=mode, axis=axis)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(case=tf_cases(), T=st.sampled_from(TYPES), narrow=st.booleans(), half_to_even=st.booleans(),
        ensure=st.sampled_from([0.01, 0.0, 1e-6, 0.5]), parallel=st.booleans())
 def test_quantize_v2_kernel_equals_reference(case, T, narrow, half_to_even, ensure, parallel):
@@ -87,7 +88,7 @@ def test_quantize_v2_kernel_equals_reference(case, T, narrow, half_to_even, ensu
         _same(a, b)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(case=tf_cases(), T=st.sampled_from(TYPES), narrow=st.booleans(), parallel=st.booleans(),
        bf16=st.booleans())
 def test_dequantize_kernel_equals_reference(case, T, narrow, parallel, bf16):

@@ -13,6 +13,7 @@ from qlinear.reference.conv import conv_accumulate
 
 from ._conv_family_cases import conv_cases
 from ._conv_family_peers import make_model, onnxruntime_exact_for_weights, run_onnxruntime, run_reference
+from suite import examples
 
 U8, S8 = np.dtype(np.uint8), np.dtype(np.int8)
 
@@ -27,7 +28,7 @@ def model_of(case, w_zero_point=None):
     return make_model("ConvInteger", inputs, [np.int32], 10, **case.attributes)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(case=conv_cases(bias=(False,)))
 def test_matches_int64_reference_transcription(case):
     g = conv_geometry("t", case.x.shape, case.w.shape, **case.attributes)
@@ -36,7 +37,7 @@ def test_matches_int64_reference_transcription(case):
     np.testing.assert_array_equal(ours(case), expected.astype(np.int32), strict=True)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=conv_cases(bias=(False,)))
 def test_matches_onnx_reference_evaluator(case):
     """The reference's per-channel w_zero_point is only right for 2-D convolutions (documented deviation);
@@ -63,7 +64,7 @@ def test_onnx_reference_per_channel_zero_point_fails_outside_2d():
     assert conv_integer(x, w, np.uint8(3), w_zp).shape == (1, 3, 6)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=conv_cases(bias=(False,), per_channel=(False,)))
 def test_matches_onnxruntime(case):
     """onnxruntime implements every type pair but only a per-tensor w_zero_point, and no SAME with dilations."""

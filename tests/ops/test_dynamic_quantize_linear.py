@@ -13,6 +13,7 @@ from qlinear.ops.dynamic import dynamic_quantize_linear
 from qlinear.reference.dynamic_quantize_linear import dynamic_quantize_linear as reference_dynamic_quantize_linear
 
 from ._conv_family_peers import make_model, run_onnxruntime, run_reference
+from suite import examples
 
 f32 = np.float32
 OUT_TYPES = [np.uint8, np.float32, np.uint8]
@@ -44,7 +45,7 @@ def float_inputs(draw):
     return ((rng.standard_normal(shape) + offset) * magnitude).astype(np.float32)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(x=float_inputs())
 def test_matches_reference_transcription_and_onnx_reference_evaluator(x):
     if range_overflows(x):
@@ -58,7 +59,7 @@ def test_matches_reference_transcription_and_onnx_reference_evaluator(x):
     assert_outputs_equal(got, run_reference(model_of(x), x))
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(x=float_inputs())
 def test_matches_onnxruntime(x):
     if range_overflows(x) or not np.any(x):

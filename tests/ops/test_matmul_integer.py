@@ -13,6 +13,7 @@ from qlinear.reference.matmul import matmul_accumulate
 
 from ._conv_family_cases import matmul_cases
 from ._conv_family_peers import cpu_has_vnni, make_model, onnxruntime_exact_for_weights, run_onnxruntime, run_reference
+from suite import examples
 
 U8, S8 = np.dtype(np.uint8), np.dtype(np.int8)
 
@@ -27,7 +28,7 @@ def model_of(a, b, a_zp, b_zp):
     return make_model("MatMulInteger", [("A", a), ("B", b), ("a_zero_point", a_zp), ("b_zero_point", b_zp)], [np.int32], 10)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(case=matmul_cases())
 def test_matches_int64_reference_transcription(case):
     a_zp, b_zp = spec_zero_points(case)
@@ -35,7 +36,7 @@ def test_matches_int64_reference_transcription(case):
     np.testing.assert_array_equal(matmul_integer(case.a, case.b, case.a_zero_point, case.b_zero_point), expected, strict=True)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=matmul_cases())
 def test_matches_onnx_reference_evaluator(case):
     a_zp, b_zp = spec_zero_points(case)
@@ -43,7 +44,7 @@ def test_matches_onnx_reference_evaluator(case):
     np.testing.assert_array_equal(matmul_integer(case.a, case.b, case.a_zero_point, case.b_zero_point), expected, strict=True)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=matmul_cases(a_granularities=("tensor",), b_granularities=("tensor", "column-exact")))
 def test_matches_onnxruntime(case):
     """onnxruntime implements every type pair; a per-tensor a_zero_point; b's per tensor or b.shape[:-2] + (1, N)."""

@@ -15,6 +15,7 @@ from qlinear.reference.requantize import requantize, requantize_multiplier
 
 from ._conv_family_cases import conv_cases
 from ._conv_family_peers import cpu_has_vnni, make_model, onnxruntime_exact_for_weights, run_onnxruntime, run_reference
+from suite import examples
 
 f32 = np.float32
 U8, S8 = np.dtype(np.uint8), np.dtype(np.int8)
@@ -31,7 +32,7 @@ def model_of(case):
 # ---------------------------------------------------------------- against the int64 spec transcription
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=conv_cases())
 def test_matches_int64_reference_transcription(case):
     """The public function (whatever kernel it dispatches to) equals the readable int64 reference."""
@@ -65,7 +66,7 @@ def _reference_evaluator_output(case):
     return np.stack(channels, axis=1)
 
 
-@settings(max_examples=250)
+@settings(max_examples=examples(250))
 @given(case=conv_cases())
 def test_matches_onnx_reference_evaluator(case):
     np.testing.assert_array_equal(ours(case), _reference_evaluator_output(case), strict=True)
@@ -130,7 +131,7 @@ def test_four_spatial_dimensions_match_onnx_reference_evaluator(per_channel_zero
 ONNXRUNTIME_TYPES = [(U8, U8, U8), (U8, S8, U8), (S8, S8, S8)]
 
 
-@settings(max_examples=250)
+@settings(max_examples=examples(250))
 @given(case=conv_cases(type_combos=ONNXRUNTIME_TYPES))
 def test_matches_onnxruntime_with_float32_requantization(case):
     if case.attributes["auto_pad"].startswith("SAME") and case.attributes["dilations"]:
@@ -397,7 +398,7 @@ def test_valid_arguments_and_python_scalars_are_accepted():
     assert qlinear_conv(**kwargs).shape == (1, 6, 5, 5)
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(seed=st.integers(0, 2**32 - 1))
 def test_scalar_and_one_element_parameters_are_interchangeable(seed):
     rng = np.random.default_rng(seed)

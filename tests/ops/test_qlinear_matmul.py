@@ -16,6 +16,7 @@ from qlinear.reference.requantize import requantize, requantize_multiplier
 
 from ._conv_family_cases import matmul_cases
 from ._conv_family_peers import cpu_has_vnni, make_model, onnxruntime_exact_for_weights, run_onnxruntime, run_reference
+from suite import examples
 
 f32, f16, bf16 = np.float32, np.float16, ml_dtypes.bfloat16
 U8, S8 = np.dtype(np.uint8), np.dtype(np.int8)
@@ -49,7 +50,7 @@ def model_of(args, opset):
     return make_model("QLinearMatMul", list(zip(NAMES, map(np.asarray, args))), [np.asarray(args[7]).dtype], opset)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=matmul_cases(scale_types=(f32, f16, bf16)))
 def test_matches_int64_reference_transcription(case):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = spec_shaped(case)
@@ -59,7 +60,7 @@ def test_matches_int64_reference_transcription(case):
         np.testing.assert_array_equal(qlinear_matmul(*case.args(), requantize=mode), expected, strict=True)
 
 
-@settings(max_examples=250)
+@settings(max_examples=examples(250))
 @given(case=matmul_cases(scale_types=(f32, f16, bf16)), opset=st.sampled_from([10, 21]))
 def test_matches_onnx_reference_evaluator(case, opset):
     if case.a_scale.dtype != f32:
@@ -85,7 +86,7 @@ def test_onnx_reference_reads_a_row_vector_along_k():
 ONNXRUNTIME_TYPES = [(U8, U8, U8), (U8, S8, U8), (S8, S8, S8)]
 
 
-@settings(max_examples=250)
+@settings(max_examples=examples(250))
 @given(case=matmul_cases(type_combos=ONNXRUNTIME_TYPES, scale_types=(f32, f16), a_granularities=("tensor",),
                          b_granularities=("tensor", "column-exact")))
 def test_matches_onnxruntime_with_float32_requantization(case):

@@ -50,6 +50,7 @@ from ._qdq_peers import (  # noqa: E402
     onnxruntime_supports,
 )
 from onnx import helper, numpy_helper  # noqa: E402
+from suite import examples
 
 # Per test: EXAMPLES cases x X_ARRAYS_PER_CASE arrays, a few thousand random x arrays per operator and
 # peer (about 30 elements each), in well under a minute per test on one core.
@@ -664,13 +665,13 @@ def _claim_quantize_deviations(check: Explained, case: Case, x, q, extra: dict) 
         check.claim("float4/float6 NaN gives -0/+0 (ml_dtypes), not +max", np.isnan(q + zp), nan_to_zero)
 
 
-@settings(max_examples=EXAMPLES)
+@settings(max_examples=examples(EXAMPLES))
 @given(case=cases("QuantizeLinear", "reference"))
 def test_quantize_linear_matches_reference(case):
     _check_quantize_linear_matches_reference(case, X_ARRAYS_PER_CASE)
 
 
-@settings(max_examples=LARGE_EXAMPLES)
+@settings(max_examples=examples(LARGE_EXAMPLES))
 @given(case=cases("QuantizeLinear", "reference", large=True))
 def test_large_quantize_linear_matches_reference(case):
     _check_quantize_linear_matches_reference(case, 2)
@@ -702,13 +703,13 @@ def _check_quantize_linear_matches_reference(case, arrays):
             check.done()
 
 
-@settings(max_examples=EXAMPLES)
+@settings(max_examples=examples(EXAMPLES))
 @given(case=cases("QuantizeLinear", "onnxruntime"))
 def test_quantize_linear_matches_onnxruntime(case):
     _check_quantize_linear_matches_onnxruntime(case, X_ARRAYS_PER_CASE)
 
 
-@settings(max_examples=LARGE_EXAMPLES)
+@settings(max_examples=examples(LARGE_EXAMPLES))
 @given(case=cases("QuantizeLinear", "onnxruntime", large=True))
 def test_large_quantize_linear_matches_onnxruntime(case):
     _check_quantize_linear_matches_onnxruntime(case, 2)
@@ -760,13 +761,13 @@ def _assert_formula(case, x, outputs, formula):
         assert equal.all(), implementation + "\n" + _show(case, x, ~equal, qlinear=actual, formula=formula)
 
 
-@settings(max_examples=EXAMPLES)
+@settings(max_examples=examples(EXAMPLES))
 @given(case=cases("DequantizeLinear", "reference"))
 def test_dequantize_linear_matches_reference(case):
     _check_dequantize_linear_matches_reference(case, X_ARRAYS_PER_CASE)
 
 
-@settings(max_examples=LARGE_EXAMPLES)
+@settings(max_examples=examples(LARGE_EXAMPLES))
 @given(case=cases("DequantizeLinear", "reference", large=True))
 def test_large_dequantize_linear_matches_reference(case):
     _check_dequantize_linear_matches_reference(case, 2)
@@ -828,13 +829,13 @@ def _int32_zero_point_products(case, x, output_dtype):
         return in_float64.astype(output_dtype), in_float32.astype(output_dtype)
 
 
-@settings(max_examples=EXAMPLES)
+@settings(max_examples=examples(EXAMPLES))
 @given(case=cases("DequantizeLinear", "onnxruntime"))
 def test_dequantize_linear_matches_onnxruntime(case):
     _check_dequantize_linear_matches_onnxruntime(case, X_ARRAYS_PER_CASE)
 
 
-@settings(max_examples=LARGE_EXAMPLES)
+@settings(max_examples=examples(LARGE_EXAMPLES))
 @given(case=cases("DequantizeLinear", "onnxruntime", large=True))
 def test_large_dequantize_linear_matches_onnxruntime(case):
     _check_dequantize_linear_matches_onnxruntime(case, 2)

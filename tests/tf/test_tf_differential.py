@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from qlinear.tf import dequantize, quantize_v2
+from suite import examples
 
 pytest.importorskip("tensorflow")
 
@@ -231,7 +232,7 @@ def quantize_case(draw):
     return x, mins, maxs, T, attrs
 
 
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(case=quantize_case())
 def test_hypothesis_quantize_v2(tf_ops, case):
     x, mins, maxs, T, attrs = case
@@ -262,7 +263,7 @@ def dequantize_case(draw):
     return q, mins, maxs, T, dict(mode=mode, narrow_range=narrow_range, axis=axis, dtype=dtype)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(case=dequantize_case())
 def test_hypothesis_dequantize(tf_ops, case):
     q, mins, maxs, T, attrs = case
