@@ -143,6 +143,17 @@ def _add_quantize(commands) -> None:
     p.add_argument("--recurrent", action="append", metavar="OUT=IN", default=[],
                    help="ONNX, --eval: run the samples as a sequence, feeding output OUT to input IN (repeatable)")
     p.add_argument("--no-eval", action="store_true", help="ONNX: do not measure the task figure")
+    p.add_argument("--calibrate", action="append", metavar="DATA", default=[],
+                   help="ONNX, static quantization: sample inputs (.npz with one array per model input, samples along "
+                   "the first axis, or a folder of them; repeatable) on which the activations are calibrated")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"),
+                   help="--calibrate: how an activation's range is chosen from its streamed statistics (default mse)")
+    p.add_argument("--activations", metavar="TYPE",
+                   help="--calibrate: the activations' type: uint8 (default), int8, uint16, int16, float8e4m3fn")
+    p.add_argument("--symmetric-activations", action="store_true",
+                   help="--calibrate: integer activations with a zero zero point (or the middle code)")
+    p.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", default=[],
+                   help="--calibrate: leave this node's (or every node of this operator type's) activations float")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--plot", metavar="DIR",
                    help="write a PNG per tensor (histogram with the quantization levels, per-channel/per-block "

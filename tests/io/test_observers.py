@@ -288,20 +288,21 @@ def test_entropy_range_equals_a_brute_force_search_on_numpys_histogram_of_abs_x(
     signed = np.histogram(data[data != 0], np.arange(-top, top + 1) * width)[0]  # exact zeros: left out
     hist = signed[top:] + signed[:top][::-1]
     levels = 256 if data.min() >= 0 else 128
-    stops = np.arange(levels, top + 1)
+    median = int(np.searchsorted(np.cumsum(hist), hist.sum() / 2.0))  # a window keeps half the values at least
+    stops = np.arange(max(levels, median + 1), top + 1)
     divergence = np.array([_scipy_divergence(hist, 0, stop, levels) for stop in stops])
     best = np.flatnonzero(divergence <= divergence.min() * (1 + 1e-7))  # near-ties: any of them
     thresholds = {min(float(stops[i]) * width, float(np.abs(data).max())) for i in best}
     low, high = observer.range("entropy")
     assert high in thresholds
-    assert low == (0.0 if data.min() >= 0 else -high)
+    assert low == (0.0 if data.min() >= 0 else max(float(data.min()), -high))  # never past the data
 
 
 def test_entropy_range_shapes():
     rng = np.random.default_rng(12)
     data = rng.standard_normal(50_000)
     low, high = _observe(data).range("entropy")
-    assert low == -high and 0 < high <= np.abs(data).max()
+    assert low == max(-high, data.min()) and 0 < high <= np.abs(data).max()
     low, high = _observe(np.maximum(data, 0)).range("entropy")
     assert low == 0.0 and 0 < high <= data.max()
     low, high = _observe(np.minimum(data, 0)).range("entropy")
@@ -429,8 +430,8 @@ def test_nan_and_inf_are_counted_apart_and_never_widen_the_range():
     for method in ("minmax", "percentile"):
         low, high = observer.range(method)
         assert -2.0 <= low <= 0.0 <= high <= 1.0
-    low, high = observer.range("entropy")  # symmetric, within max |x|
-    assert low == -high and 0.0 < high <= 2.0
+    low, high = observer.range("entropy")  # within [min, max] on each side
+    assert -2.0 <= low < 0.0 < high <= 1.0
     low, high = observer.range("mse")  # the quantizer's own range: to half a step (3/255) of [min, max]
     assert -2.0 - 1.5 / 255 <= low <= 0.0 <= high <= 1.0 + 1.5 / 255
     counts, edges = observer.histogram()
@@ -504,3 +505,15 @@ def test_bad_methods_and_options():
         Observer(max_bins=4)
     with pytest.raises(ValueError, match="unknown flavor"):
         kl_divergences([1, 2, 3], [0], [3], 2, flavor="mxnet")
+
+
+def test_entropy_keeps_data_far_from_zero():
+    """TensorRT's search, on values that do not start near zero (a HardSigmoid's output in [0.13, 0.69]),
+    would clip every one of them to a threshold below the smallest: windows start past the median |x|."""
+    rng = np.random.default_rng(21)
+    data = rng.uniform(0.13, 0.69, 100_000)
+    low, high = _observe(data).range("entropy")
+    assert low == 0.0 and np.median(data) <= high <= data.max()
+    data = np.concatenate([rng.exponential(0.5, 100_000), [-0.375]])  # nearly one-signed: the negative side stays at its min
+    low, high = _observe(data).range("entropy")
+    assert low == -0.375 and 0 < high <= data.max()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import dtypes
-from . import evaluation, pipeline, report
+from . import evaluation, pipeline, report, static_quantization
 from .atomic import check_output, check_output_store
 from .errors import UserError
 from .extras import require_dask
@@ -89,6 +89,24 @@ def _evaluation(args, source: Path) -> pipeline.Evaluation:
     return pipeline.Evaluation(path, "", task)
 
 
+def _static(args, settings: Settings) -> static_quantization.StaticSettings | None:
+    """The static quantization settings (--calibrate and the options that go with it), or None."""
+    given = [flag for flag, value in (("--method", args.method), ("--activations", args.activations),
+                                      ("--symmetric-activations", args.symmetric_activations),
+                                      ("--keep-float", args.keep_float)) if value]
+    if not args.calibrate:
+        if given:
+            raise UserError(f"{given[0]} applies to static quantization: give sample inputs with --calibrate DATA.npz")
+        return None
+    activation_type = parse_qtype(args.activations or "uint8")
+    if activation_type.bits < 8 or activation_type.onnx_name.startswith("float4") or activation_type.onnx_name.startswith("float6"):
+        raise UserError(f"--activations {activation_type.onnx_name}: activations are uint8, int8, uint16, int16 or a "
+                        f"float8 type")
+    return static_quantization.StaticSettings(tuple(Path(p) for p in args.calibrate), args.method or "mse",
+                                              activation_type, bool(args.symmetric_activations),
+                                              tuple(args.keep_float))
+
+
 def quantize_command(args) -> int:
     source = Path(args.input)
     kind = format_of(source)
@@ -97,8 +115,8 @@ def quantize_command(args) -> int:
     settings = parse_settings(args)
     if kind == "onnx" and settings.chunks is not None:
         raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
-    if kind != "onnx" and (args.eval_data or args.recurrent):
-        raise UserError("--eval and --recurrent apply to ONNX models")
+    if kind != "onnx" and (args.eval_data or args.recurrent or args.calibrate):
+        raise UserError("--eval, --recurrent and --calibrate apply to ONNX models")
     output = Path(args.output) if args.output else _default_output(source, settings.qtype, kind)
     if kind == "zarr":
         check_output_store(output, source, args.force)
@@ -113,7 +131,7 @@ def quantize_command(args) -> int:
         check_output(output, [source], args.force)
         _check_plot_support(args)
         if kind == "onnx":
-            result = pipeline.quantize_onnx(source, output, settings, _evaluation(args, source))
+            result = pipeline.quantize_onnx(source, output, settings, _evaluation(args, source), _static(args, settings))
         else:
             result = pipeline.quantize_file(source, output, kind, settings)
     report.show(result, as_json=args.json)

@@ -291,7 +291,14 @@ class Observer:
         absmax = max(-self._min, self._max)
         if len(folded) <= levels or not folded.any():  # no finer histogram than the quantizer: keep it all
             return _signed_range(self._min, self._max, absmax)
-        stops = np.arange(levels, len(folded) + 1)
+        # TensorRT's search assumes data that start near zero (a ReLU's): for data far from it (a HardSigmoid's
+        # [0.13, 0.69]) its narrowest windows fold every value into their last bin, a divergence of zero, and win
+        # with a threshold below every value. So a window must reach past the median |x|: it keeps at least half
+        # of the values unclipped.
+        median = int(np.searchsorted(np.cumsum(folded), folded.sum() / 2.0))
+        stops = np.arange(max(levels, median + 1), len(folded) + 1)
+        if len(stops) == 0:
+            return _signed_range(self._min, self._max, absmax)
         divergence = kl_divergences(folded, np.zeros_like(stops), stops, levels)
         # The first (narrowest) of the windows within rounding noise of the minimum.
         best = divergence.min()
@@ -329,12 +336,10 @@ class Observer:
 
 
 def _signed_range(low: float, high: float, t: float) -> tuple[float, float]:
-    """[-t, t], or [0, t] / [-t, 0] when the data have one sign."""
-    if low >= 0:
-        return 0.0, t
-    if high <= 0:
-        return -t, 0.0
-    return -t, t
+    """[-t, t] within the observed [low, high] (so [0, t] or [-t, 0] when the data have one sign): a side
+    the data do not reach is not widened to t, which would cost an asymmetric quantizer half its codes (a
+    tensor of [-0.38, 22.6] took [-6.0, 6.0])."""
+    return max(min(low, 0.0), -t), min(max(high, 0.0), t)
 
 
 def merged(observers) -> Observer:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..granularity import Granularity
-from . import evaluation, report, select, streaming
+from . import evaluation, report, select, static_quantization, streaming
 from .atomic import atomic_files, atomic_output, atomic_store
 from .calibration import calibrate_tensor
 from .errors import UserError
@@ -321,31 +321,50 @@ class Evaluation:
 _SCALE_TYPES = {"float32": "float", "float16": "float16", "bfloat16": "float"}
 
 
-def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evaluation) -> dict:
+def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evaluation,
+                  static: static_quantization.StaticSettings | None = None) -> dict:
+    """Weight-only QDQ, or with ``static`` the activations too, calibrated on the user's samples."""
     model = onnx_model.OnnxModel(source)
     qtype = settings.qtype
     rules = select.Rules((np.dtype(np.float32), np.dtype(np.float16), np.dtype(dtypes.get("bfloat16").dtype)),
                          min_elements=ONNX_MIN_ELEMENTS,
                          refused_types={"float64": "float64 is not a DequantizeLinear output type"})
-    choices = _choices(model.found, settings, rules, source)
+    choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
     chosen = [c for c in choices if c.quantized]
-    if not chosen:
+    if not chosen and static is None:
         raise UserError(f"{source}: {_nothing_to_quantize(model, choices)}")
     input_names = _input_names(model.model)
     feeds = None
     if measure.data is not None:  # checked before anything is written
         data_feeds, _ = evaluation.load_data(measure.data, input_names, measure.task)
         feeds = _first_run(data_feeds, measure.task)
+    samples = None
+    if static is not None:
+        if model.external:
+            raise UserError(f"{source}: static quantization (--calibrate) of a model with external data is not "
+                            f"supported yet; weight-only quantization is")
+        samples = static_quantization.open_data(static, input_names)
+        feeds = feeds if feeds is not None else static_quantization.first_sample(samples)
 
     opset_before = model.opset
-    needed = max(min_opset(qtype, c.granularity.kind, _SCALE_TYPES[c.found.type_name]) for c in chosen)
+    needed = max([min_opset(qtype, c.granularity.kind, _SCALE_TYPES[c.found.type_name]) for c in chosen]
+                 + ([static_quantization.needed_opset(static)] if static is not None else []))
     conversion = None
     if needed > opset_before:
         original = model.model
         model.raise_opset(needed)
         conversion = _check_conversion(source, model, original, feeds, opset_before, needed, output.parent)
-        choices = _choices(model.found, settings, rules, source)
+        choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
         chosen = [c for c in choices if c.quantized]
+    static_plan = None
+    if static is not None:
+        folding = _fold(source, model, feeds)
+        choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
+        chosen = [c for c in choices if c.quantized]
+        static_plan = static_quantization.plan(model, static, samples)
+        static_plan.folding = folding
+        with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
+            static_quantization.calibrate(static_plan, model.model, static, advance)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
@@ -356,9 +375,16 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if external is not None:
             writer.move_kept([c.found for c in chosen])
         total = sum(c.found.nbytes for c in chosen)
+        weight_scales: dict[str, np.ndarray] = {}
         with report.progress(total, f"quantizing {source.name}") as advance:
             for choice in choices:
-                rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance))
+                rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance, weight_scales))
+        pairs = 0
+        if static_plan is not None:
+            bias_rows = static_quantization.write_biases(model, writer, static_plan, weight_scales)
+            biases = {row["name"] for row in bias_rows}
+            rows = [row for row in rows if row["name"] not in biases] + bias_rows
+            pairs = static_quantization.write_activations(model, writer, static_plan, static)
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
         for f in files:
@@ -373,8 +399,58 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                             "external_data": data_path.name if external is not None else None}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
+        if static_plan is not None:
+            output_names = [o.name for o in model.model.graph.output]
+            names = [a.name for a in static_plan.activations if a.producer] + output_names
+            original_proto = import_onnx().load(str(source))
+            with report.progress(static.report_samples, "comparing layers", unit="samples") as advance:
+                layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, static,
+                                                       advance)
+            summary["activations"] = {
+                "type": static.qtype.onnx_name, "method": static.method, "symmetric": static.symmetric,
+                "folded": static_plan.folding,
+                "calibration_samples": static_plan.data.samples, "pairs": pairs,
+                "tensors": static_quantization.activation_rows(static_plan, static),
+                "kept": [{"name": s.name, "reason": s.reason} for s in static_plan.skipped],
+                "per_layer": layers,
+            }
         summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
     return summary
+
+
+def _fold(source: Path, model, feeds) -> dict:
+    """Fold BatchNormalization (and Mul/Add by constants) into the Convs before them, then check that the
+    float model still computes what it did (float rounding only), as after an opset conversion."""
+    import onnx
+
+    original = onnx.ModelProto()
+    original.CopyFrom(model.model)
+    folded = model.fold_for_static()
+    result = {"nodes": [f"{f.folded} into {f.conv}" for f in folded]}
+    if not folded:
+        return result
+    try:
+        check = evaluation.check_conversion(original, model.model, feeds)
+    except RuntimeError as error:
+        raise UserError(f"{source}: the model with its batch norms folded into its convolutions does not run "
+                        f"({error})") from None
+    limit = CONVERSION_TOLERANCE * max(1.0, check["scale"])
+    if not check["max_difference"] <= limit:
+        raise UserError(f"{source}: folding {len(folded)} batch norms into their convolutions moved output "
+                        f"{check['output']} by {check['max_difference']:.3g}; the model cannot be folded safely")
+    result["max_difference"] = check["max_difference"]
+    return result
+
+
+def _kept_float(choices: list[Choice], model, static) -> list[Choice]:
+    """The weights of the nodes that --keep-float names stay float with their node."""
+    if static is None or not static.keep_float:
+        return choices
+    from .formats.onnx_activations import kept_nodes
+
+    read = {name: node for node in kept_nodes(model.model, static.keep_float) for name in node.input}
+    return [Choice(c.found, None, f"--keep-float {read[c.found.name].name or read[c.found.name].op_type}", c.symmetric)
+            if c.quantized and c.found.name in read and ": " not in c.found.location else c for c in choices]
 
 
 def _nothing_to_quantize(model, choices: list[Choice]) -> str:
@@ -525,7 +601,8 @@ def _check(model) -> str:
         return f"failed: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
 
 
-def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance) -> dict:
+def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance,
+                       weight_scales: dict | None = None) -> dict:
     found = choice.found
     if not choice.quantized:
         return report.copied_row(found, choice.reason)
@@ -541,6 +618,8 @@ def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: S
                             release=release)
     del x
     after = writer.replace(found, finish(), scale, zero_point if qtype.is_integer else None, gran, qtype)
+    if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
+        weight_scales[found.name] = np.asarray(scale, np.float32)  # for the int32 biases of static quantization
     return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
 
 

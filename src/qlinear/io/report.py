@@ -240,18 +240,20 @@ def _show_accuracy(console, model: dict) -> None:
 
 
 @contextmanager
-def progress(total_bytes: int, label: str):
-    """Yields ``advance(nbytes)``; shows a progress bar on a terminal for large jobs."""
-    if total_bytes < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield lambda nbytes: None
+def progress(total: int, label: str, unit: str = "bytes"):
+    """Yields ``advance(amount)``; shows a progress bar on a terminal for large jobs (of bytes, or of
+    samples: every sample run counts)."""
+    if (unit == "bytes" and total < PROGRESS_MIN_BYTES) or not sys.stderr.isatty():
+        yield lambda amount: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+    counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
+    with Progress(TextColumn("{task.description}"), BarColumn(), counter, TimeRemainingColumn(),
                   console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=total_bytes)
-        yield lambda nbytes: bar.advance(task, nbytes)
+        task = bar.add_task(label, total=total)
+        yield lambda amount: bar.advance(task, amount)
 
 
 # ----------------------------------------------------------------------------------------------------

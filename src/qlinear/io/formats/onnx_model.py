@@ -98,6 +98,34 @@ class OnnxModel:
         constant = self.constants[found.key]
         return read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {found.name!r}")
 
+    def fold_for_static(self) -> list:
+        """Fold each main-graph Conv's BatchNormalization (or Mul/Add by constants) into its weights
+        (`onnx_folding`); returns what was folded."""
+        from onnx import numpy_helper
+
+        from . import onnx_folding
+
+        main = {c.name: c for c in self.constants.values() if not c.scope}
+
+        def read(name):
+            constant = main.get(name)
+            if constant is None:
+                return None
+            return np.asarray(read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {name!r}"))
+
+        def write(name, array):
+            constant = main.get(name)
+            if constant is None:  # a new bias: an initializer of the main graph
+                self.model.graph.initializer.append(numpy_helper.from_array(array, name))
+                return
+            replacement = numpy_helper.from_array(array, constant.tensor.name)
+            constant.tensor.CopyFrom(replacement)
+
+        folded = onnx_folding.fold(self.model, read, write)
+        if folded:
+            self.refresh()
+        return folded
+
     def raise_opset(self, target: int):
         """Convert the model to opset ``target`` with onnx's version converter; a UserError when it cannot."""
         onnx = import_onnx()

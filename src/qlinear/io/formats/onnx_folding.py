@@ -1,0 +1,143 @@
+"""Folding what follows a convolution into its weights, before static quantization.
+
+Runtimes fold a BatchNormalization (or the Mul and Add by constants that Paddle exports a batch norm as, or
+a scalar branch weight) into the Conv before it, and then run the Conv in int8 with its QuantizeLinear
+after. They can only do that while the Conv's weight is a float constant: once it is quantized
+(DequantizeLinear -> Conv), onnxruntime leaves the BatchNormalization in float and cannot fuse the Conv into
+QLinearConv. So static quantization folds first, as onnxruntime's `quant_pre_process` does:
+
+    BatchNormalization:  W' = W * g,  B' = (B - mean) * g + beta,  g = scale / sqrt(var + epsilon)
+    Mul by c:            W' = W * c,  B' = B * c
+    Add of d:            B' = B + d
+
+per output channel (c and d scalars or one value per channel), where the Conv's output is read by that node
+alone and its weight is a float constant read by this Conv alone. The float model changes by float rounding
+only; `pipeline` runs it against the original before going on, as it does after an opset conversion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+
+@dataclass
+class Folded:
+    conv: str
+    folded: str  # "BatchNormalization 'bn1'", ...
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """``value`` (broadcast against a Conv output of ``rank`` dimensions) as one number per output channel,
+    or None when it varies along another axis."""
+    value = np.asarray(value, np.float64)
+    if value.size == 1:
+        return np.full(channels, float(value.reshape(-1)[0]))
+    if value.ndim > rank:
+        return None
+    shape = (1,) * (rank - value.ndim) + value.shape
+    if any(length != 1 for axis, length in enumerate(shape) if axis != 1) or shape[1] != channels:
+        return None
+    return value.reshape(channels)
+
+
+def fold(model, read_tensor, write_tensor) -> list[Folded]:
+    """Fold the foldable nodes after the main graph's Conv/ConvTranspose nodes, in place.
+    ``read_tensor(name)`` gives a main-graph float constant's values (or None); ``write_tensor(name, array)``
+    stores new values for it (creating an initializer when it does not exist)."""
+    graph = model.graph
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    for output in graph.output:
+        readers.setdefault(output.name, []).append(None)
+    done: list[Folded] = []
+    removed = []
+    for conv in list(graph.node):
+        if conv.op_type not in ("Conv", "ConvTranspose") or conv.domain not in ("", "ai.onnx") or conv in removed:
+            continue
+        while True:
+            after = readers.get(conv.output[0], [])
+            if len(after) != 1 or after[0] is None:
+                break
+            node = after[0]
+            w_name = conv.input[1]
+            weight = read_tensor(w_name)
+            if weight is None or len(readers.get(w_name, [])) != 1:
+                break
+            rank = weight.ndim
+            group = _attributes(conv).get("group", 1)
+            channels = weight.shape[0] if conv.op_type == "Conv" else weight.shape[1] * group
+            b_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
+            bias = read_tensor(b_name) if b_name else np.zeros(channels)
+            if bias is None or (b_name and len(readers.get(b_name, [])) != 1):
+                break
+            bias = np.asarray(bias, np.float64)
+            gain = shift = None
+            if node.op_type == "BatchNormalization" and len(node.output) == 1:
+                values = [read_tensor(name) for name in node.input[1:5]]
+                if any(v is None for v in values):
+                    break
+                scale, beta, mean, var = (np.asarray(v, np.float64).reshape(-1) for v in values)
+                epsilon = _attributes(node).get("epsilon", 1e-5)
+                gain = scale / np.sqrt(var + epsilon)
+                shift = beta - mean * gain
+            elif node.op_type in ("Mul", "Add") and len(node.input) == 2:
+                other = node.input[1] if node.input[0] == conv.output[0] else node.input[0]
+                value = read_tensor(other)
+                per_channel = None if value is None else _per_channel(value, channels, rank)
+                if per_channel is None:
+                    break
+                if node.op_type == "Mul":
+                    gain, shift = per_channel, np.zeros(channels)
+                else:
+                    gain, shift = np.ones(channels), per_channel
+            else:
+                break
+            if conv.op_type == "Conv":
+                shape = (channels,) + (1,) * (rank - 1)
+                new_weight = np.asarray(weight, np.float64) * gain.reshape(shape)
+            else:  # ConvTranspose: [C_in, C_out / group, ...]; output channel o = g * (C_out / group) + j
+                per_group = weight.shape[1]
+                grid = gain.reshape(group, per_group)
+                rows = weight.shape[0] // group
+                expanded = np.repeat(grid, rows, axis=0).reshape((weight.shape[0], per_group) + (1,) * (rank - 2))
+                new_weight = np.asarray(weight, np.float64) * expanded
+            write_tensor(w_name, new_weight.astype(weight.dtype))
+            new_bias = (bias * gain + shift).astype(weight.dtype)
+            if b_name is None:
+                b_name = _unused(graph, f"{w_name}_folded_bias")
+                while len(conv.input) < 3:
+                    conv.input.append("")
+                conv.input[2] = b_name
+            write_tensor(b_name, new_bias)
+            done.append(Folded(f"{conv.op_type} {conv.name or conv.output[0]!r}", f"{node.op_type} {node.name or node.output[0]!r}"))
+            # The Conv now writes what the folded node wrote.
+            conv.output[0] = node.output[0]
+            graph.node.remove(node)
+            removed.append(node)
+            readers = {}
+            for other_node in graph.node:
+                for name in other_node.input:
+                    readers.setdefault(name, []).append(other_node)
+            for output in graph.output:
+                readers.setdefault(output.name, []).append(None)
+    return done
+
+
+def _unused(graph, name: str) -> str:
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in list(n.output) + list(n.input)}
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    return candidate

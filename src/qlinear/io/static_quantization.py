@@ -1,0 +1,166 @@
+"""Static quantization of an ONNX model: the activations, calibrated on the user's sample inputs, on top of
+the weights (`pipeline.quantize_onnx` runs these steps when ``--calibrate`` is given):
+
+1. `plan`: which activations get a QuantizeLinear -> DequantizeLinear pair (`formats.onnx_activations`);
+2. `calibrate`: the float model runs once over the samples with those tensors exposed, each feeding a
+   streaming observer; each tensor's range by the chosen method becomes a scale and zero point;
+3. `write_biases` and `write_activations`: int32 biases (scale x_scale * w_scale) where both the input and
+   the weight are quantized, then the pairs;
+4. `per_layer`: the float and the quantized model run side by side on some samples, every quantized
+   activation's SQNR and the outputs' (the report, worst first).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import calibrate as calibrate_math
+from .. import dtypes
+from ..granularity import Granularity
+from . import activation_calibration, report
+from .activation_calibration import CalibrationData
+from .errors import UserError
+from .formats import onnx_activations
+from .plan import Choice, Quantized, Stats, min_opset
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+
+
+@dataclass(frozen=True)
+class StaticSettings:
+    """What `qlinear quantize --calibrate` asks for."""
+
+    calibration: tuple[Path, ...]
+    method: str = "mse"  # measured best on the corpus (benchmarks/static.py, BENCHMARKS.md)
+    activation_type: object = None  # an ElementType; None: uint8
+    symmetric: bool = False
+    keep_float: tuple[str, ...] = ()
+    report_samples: int = 16  # samples the per-layer SQNR is measured on
+
+    @property
+    def qtype(self):
+        return self.activation_type or dtypes.get("uint8")
+
+
+@dataclass
+class Plan:
+    activations: list[onnx_activations.Activation]
+    skipped: list[onnx_activations.Skipped]
+    data: CalibrationData
+    parameters: dict = field(default_factory=dict)  # name -> (scale, zero point or None)
+    ranges: dict = field(default_factory=dict)  # name -> (low, high)
+    observed: dict = field(default_factory=dict)  # name -> (min, max)
+    notes: list[str] = field(default_factory=list)
+    folding: dict = field(default_factory=dict)  # what was folded into the convolutions first
+
+
+def open_data(static: StaticSettings, input_names: list[str]) -> CalibrationData:
+    return CalibrationData.open(list(static.calibration), input_names)
+
+
+def first_sample(data: CalibrationData) -> dict:
+    return next(iter(data))
+
+
+def needed_opset(static: StaticSettings) -> int:
+    return min_opset(static.qtype, "tensor")
+
+
+def plan(model, static: StaticSettings, data: CalibrationData) -> Plan:
+    activations, skipped = onnx_activations.select(model.model, static.keep_float)
+    if not activations:
+        raise UserError("no activation feeds a Conv, ConvTranspose, MatMul or Gemm in the main graph: nothing to "
+                        "calibrate (weight-only quantization needs no --calibrate)")
+    return Plan(activations, skipped, data)
+
+
+def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> None:
+    """Observe every planned activation over the calibration data; fill ``plan_.parameters``."""
+    names = [a.name for a in plan_.activations]
+    observers = activation_calibration.collect(model_ref, names, plan_.data, progress)
+    qtype = static.qtype
+    for name, observer in observers.items():
+        try:
+            low, high = observer.range(static.method)
+        except ValueError as error:
+            raise UserError(f"activation {name!r}: {error}") from None
+        scale, zero_point = calibrate_math.parameters(np.float64(min(low, 0.0)), np.float64(max(high, 0.0)), qtype,
+                                                      static.symmetric or not qtype.is_integer)
+        plan_.parameters[name] = (np.float32(scale), zero_point.astype(qtype.dtype) if qtype.is_integer else None)
+        plan_.ranges[name] = (float(low), float(high))
+        plan_.observed[name] = (float(observer.min), float(observer.max))
+
+
+def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray]) -> list[dict]:
+    """int32 biases for the Conv/ConvTranspose/Gemm nodes whose input and weight are both quantized; the
+    report rows (quantized, or kept with the reason)."""
+    int32 = dtypes.get("int32")
+    main = {f.name: f for f in model.found if ": " not in f.location}
+    plans = onnx_activations.bias_plans(model.model, plan_.parameters, weight_scales, main)
+    rows = []
+    for entry in plans:
+        found = main[entry["bias"]]
+        bias = np.asarray(model.array(found), np.float64)
+        result = onnx_activations.int32_bias(bias, entry["x_scale"], entry["w_scale"], found.name)
+        if isinstance(result, str):
+            rows.append(report.copied_row(found, f"bias kept float: {result}"))
+            continue
+        values, scale = result
+        gran = Granularity("axis", tuple(found.shape), 0) if scale.ndim and found.shape else Granularity("tensor", found.shape)
+        sink, finish = writer.sink(found, int32)
+        sink(values)
+        after = writer.replace(found, finish(), scale, np.zeros(scale.shape, np.int32), gran, int32)
+        restored = values.astype(np.float64) * scale.astype(np.float64)
+        error = np.abs(restored - bias)
+        stats = Stats(signal=float(np.sum(bias * bias)), noise=float(np.sum(error * error)),
+                             max_abs_error=float(np.max(error)) if error.size else 0.0)
+        choice = Choice(found, gran, f"bias of {entry['node'].op_type} {entry['node'].name!r}: int32, scale "
+                                            f"x_scale * w_scale", True)
+        rows.append(report.quantized_row(choice, int32, after, Quantized(scale, np.zeros(scale.shape, np.int32),
+                                                                                 stats)))
+    return rows
+
+
+def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int:
+    from .formats.onnx_model import _unique
+
+    return onnx_activations.insert_pairs(model.model, plan_.activations, plan_.parameters, static.qtype,
+                                         writer.taken, _unique)
+
+
+def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], static: StaticSettings,
+              progress=None) -> dict:
+    """SQNR of every quantized activation and every model output, quantized against float."""
+    names = [a.name for a in plan_.activations if a.producer] + output_names
+    agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data,
+                                                limit=static.report_samples, progress=progress)
+    layers = sorted(({"tensor": a.name, "producer": a.producer, "readers": a.readers[:3],
+                      "sqnr_db": agreements[a.name].sqnr_db, "max_abs_error": agreements[a.name].max_abs_error}
+                     for a in plan_.activations if a.producer), key=lambda row: row["sqnr_db"])
+    outputs = [{"output": name, "sqnr_db": agreements[name].sqnr_db, "max_abs_error": agreements[name].max_abs_error}
+               for name in output_names]
+    return {"samples": min(static.report_samples, plan_.data.samples), "layers": layers, "outputs": outputs}
+
+
+def activation_rows(plan_: Plan, static: StaticSettings) -> list[dict]:
+    rows = []
+    for activation in plan_.activations:
+        scale, zero_point = plan_.parameters[activation.name]
+        low, high = plan_.ranges[activation.name]
+        seen = plan_.observed[activation.name]
+        rows.append({
+            "name": activation.name, "kind": "activation", "producer": activation.producer or "graph input",
+            "readers": activation.readers, "to": static.qtype.onnx_name, "method": static.method,
+            "range": [low, high], "observed": list(seen), "scale": float(scale),
+            "zero_point": None if zero_point is None else int(zero_point),
+            "clipped": bool(low > seen[0] or high < seen[1]),
+        })
+    return rows
+
+
+def finite_or_none(value: float):
+    return value if math.isfinite(value) else None

@@ -1,0 +1,139 @@
+"""Static quantization of the PP-OCR models of the corpus: `qlinear quantize MODEL --dtype int8 --calibrate
+DATA.npz` calibrates the activations on rendered text (other lines and pages than the ones measured), and the
+int8 model is measured against the float one on the corpus' labelled data in onnxruntime. Goals: >= 90% of the
+Conv/MatMul/Gemm data inputs quantized; classifier within 2 points of float, recogniser exact-match within 3
+points, detector map IoU >= 0.90. The model passes onnx.checker's full check, onnxruntime turns its QDQ pairs into
+its int8 kernels (QLinearConv and friends in the optimized graph), and `qlinear run` computes it as onnxruntime
+does without those fusions."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qlinear.cli import main
+
+from . import measure_float, ocr
+from .models import ort_runner, require
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+CALIBRATION = {"ocr_cls": 64, "ocr_rec": 32, "ocr_det": 3}  # samples (lines, pages) to calibrate on
+
+
+def _calibration_file(folder: Path, name: str) -> Path:
+    """Calibration inputs made with other seeds than the labelled data the figures are measured on."""
+    path = folder / f"{name}.calibration.npz"
+    if not path.exists():
+        count = CALIBRATION[name]
+        if name == "ocr_cls":
+            x = ocr.make_cls_data(count, seed=7).images
+        elif name == "ocr_rec":
+            x = ocr.make_rec_data(count, seed=7).images
+        else:  # the detector's pages differ in size: one page per file, in a folder
+            folder = folder / "det_calibration"
+            folder.mkdir(exist_ok=True)
+            for index, page in enumerate(ocr.make_det_pages(count, seed=7)):
+                np.savez(folder / f"page{index}.npz", x=page.x)
+            return folder
+        np.savez(path, x=x)
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("static")
+
+
+_RESULTS: dict = {}
+
+
+def _static(folder: Path, name: str):
+    if name not in _RESULTS:
+        source = require(name)
+        output = folder / f"{name}.static.onnx"
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(_calibration_file(folder, name)),
+                         "-o", str(output), "--json", "--no-eval"])
+        assert code == 0
+        _RESULTS[name] = (output, json.loads(stdout.getvalue()))
+    return _RESULTS[name]
+
+
+def _data_inputs_quantized(model) -> tuple[int, int]:
+    """(quantized, all) data inputs of Conv/ConvTranspose/MatMul/Gemm: read from a DequantizeLinear."""
+    produced_by = {o: n.op_type for n in model.graph.node for o in n.output}
+    total = quantized = 0
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "MatMul", "Gemm"):
+            continue
+        positions = (0,) if node.op_type.startswith("Conv") else (0, 1)
+        for position in positions:  # MatMul/Gemm's second operand: a weight or an activation, both count
+            total += 1
+            quantized += produced_by.get(node.input[position]) == "DequantizeLinear"
+    return quantized, total
+
+
+GATES = {
+    "ocr_cls": lambda f: f["quantized"] >= f["float"] - 0.02,
+    "ocr_rec": lambda f: f["quantized"] >= f["float"] - 0.03,
+    "ocr_det": lambda f: f["map IoU vs float"] >= 0.90,
+}
+
+
+@pytest.mark.parametrize("name", ["ocr_cls", "ocr_rec", "ocr_det"])
+def test_static_int8_model(folder, name):
+    output, report = _static(folder, name)
+    model = onnx.load(str(output))
+    onnx.checker.check_model(model, full_check=True)
+    quantized, total = _data_inputs_quantized(model)
+    assert quantized >= 0.9 * total, (quantized, total)
+    assert report["activations"]["pairs"] > 0 and report["activations"]["calibration_samples"] == CALIBRATION[name]
+    layers = report["activations"]["per_layer"]["layers"]
+    sqnrs = [float("inf") if layer["sqnr_db"] is None else layer["sqnr_db"] for layer in layers]  # JSON: null = exact
+    assert sqnrs == sorted(sqnrs)  # worst first
+    data = measure_float.data(name)
+    float_out = measure_float.float_outputs(name)
+    quantized_out = measure_float.outputs(name, ort_runner(output), data)
+    before = measure_float.figures(name, float_out, data)
+    after = measure_float.figures(name, quantized_out, data)
+    headline = next(iter(before))
+    figures = {"float": before[headline], "quantized": after[headline]}
+    if name == "ocr_det":
+        figures["map IoU vs float"] = ocr.det_iou(float_out, quantized_out)
+    print(f"\n{name} static int8: {figures}; {quantized} of {total} data inputs quantized")
+    assert GATES[name](figures), figures
+
+
+def test_onnxruntime_runs_the_static_model_with_its_int8_kernels(folder, tmp_path):
+    """onnxruntime's optimized graph of the static classifier holds QLinearConv (its QDQ fusion): the model
+    is what its int8 kernels take."""
+    output, _ = _static(folder, "ocr_cls")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(output), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    ops = {node.op_type for node in optimized.graph.node}
+    assert "QLinearConv" in ops, sorted(ops)
+
+
+def test_qlinear_run_computes_the_static_model(folder):
+    """`qlinear run` against onnxruntime without its QDQ fusions (basic optimizations: the ONNX semantics):
+    the outputs agree to float rounding; a QuantizeLinear that a float rounding difference puts across a
+    rounding boundary moves by one step, so the bound is a step of the output's scale, not zero."""
+    import qlinear.onnx
+
+    output, report = _static(folder, "ocr_cls")
+    x = measure_float.data("ocr_cls").images[:4]
+    ours = qlinear.onnx.run(output, {"x": x})
+    theirs = ort_runner(output)({"x": x})
+    for got, want in zip(ours.values(), theirs):
+        assert np.max(np.abs(np.asarray(got, np.float64) - want)) <= 0.02, np.max(np.abs(got - want))
