@@ -153,7 +153,13 @@ def _add_quantize(commands) -> None:
     p.add_argument("--symmetric-activations", action="store_true",
                    help="--calibrate: integer activations with a zero zero point (or the middle code)")
     p.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", default=[],
-                   help="--calibrate: leave this node's (or every node of this operator type's) activations float")
+                   help="--calibrate: leave this node (or every node of this operator type) float: its weight and the "
+                   "activations it reads and writes")
+    p.add_argument("--report-samples", type=int, metavar="N",
+                   help="--calibrate: samples the per-layer SQNR is measured on (default 16; 0 skips it)")
+    p.add_argument("--max-drop", type=float, metavar="POINTS",
+                   help="--calibrate with --eval: keep the layers with the worst activation SQNR float, one at a time, "
+                   "until the task figure is within POINTS of float's")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--plot", metavar="DIR",
                    help="write a PNG per tensor (histogram with the quantization levels, per-channel/per-block "

@@ -15,6 +15,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("tensorflow")
 
 
+@pytest.mark.full  # compiles every TensorFlow kernel variant cold (7 minutes of a 22-minute CI run); tests/tf has them
 def test_everything_passes_and_is_counted(capsys):
     code = main(["conformance", "--json"])
     result = json.loads(capsys.readouterr().out)

@@ -24,7 +24,7 @@ from .models import ort_runner, require
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-CALIBRATION = {"ocr_cls": 64, "ocr_rec": 32, "ocr_det": 3}  # samples (lines, pages) to calibrate on
+CALIBRATION = {"ocr_cls": 32, "ocr_rec": 16, "ocr_det": 2}  # samples (lines, pages) to calibrate on
 
 
 def _calibration_file(folder: Path, name: str) -> Path:
@@ -61,7 +61,7 @@ def _static(folder: Path, name: str):
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
             code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(_calibration_file(folder, name)),
-                         "-o", str(output), "--json", "--no-eval"])
+                         "-o", str(output), "--json", "--no-eval", "--report-samples", "4"])
         assert code == 0
         _RESULTS[name] = (output, json.loads(stdout.getvalue()))
     return _RESULTS[name]

@@ -18,13 +18,13 @@ import pytest
 
 from qlinear.kernels import integer_gemm as ig
 
+# Compiles every kernel from scratch in a fresh process (1-2 minutes on 2 cores): the full suite only.
+pytestmark = pytest.mark.full
+
 SCRIPT = r"""
 import json, re
 import numpy as np
 from qlinear.kernels import _drivers, im2col, integer_gemm as ig, threads
-
-# Compiles every kernel from scratch in a fresh process (1-2 minutes on 2 cores): the full suite only.
-pytestmark = pytest.mark.full
 
 threads.set_num_threads(2)
 rng = np.random.default_rng(0)

@@ -93,7 +93,9 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
     """The static quantization settings (--calibrate and the options that go with it), or None."""
     given = [flag for flag, value in (("--method", args.method), ("--activations", args.activations),
                                       ("--symmetric-activations", args.symmetric_activations),
-                                      ("--keep-float", args.keep_float)) if value]
+                                      ("--keep-float", args.keep_float),
+                                      ("--max-drop", args.max_drop is not None),
+                                      ("--report-samples", args.report_samples is not None)) if value]
     if not args.calibrate:
         if given:
             raise UserError(f"{given[0]} applies to static quantization: give sample inputs with --calibrate DATA.npz")
@@ -102,9 +104,17 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
     if activation_type.bits < 8 or activation_type.onnx_name.startswith("float4") or activation_type.onnx_name.startswith("float6"):
         raise UserError(f"--activations {activation_type.onnx_name}: activations are uint8, int8, uint16, int16 or a "
                         f"float8 type")
+    if args.max_drop is not None and not args.max_drop >= 0:
+        raise UserError(f"--max-drop must be a number of points >= 0, got {args.max_drop}")
+    if args.report_samples is not None and args.report_samples < 0:
+        raise UserError(f"--report-samples must be >= 0, got {args.report_samples}")
+    if args.max_drop is not None and args.report_samples == 0:
+        raise UserError("--max-drop ranks the layers by their SQNR: it needs --report-samples above 0")
     return static_quantization.StaticSettings(tuple(Path(p) for p in args.calibrate), args.method or "mse",
                                               activation_type, bool(args.symmetric_activations),
-                                              tuple(args.keep_float))
+                                              tuple(args.keep_float), max_drop=args.max_drop,
+                                              **({} if args.report_samples is None
+                                                 else {"report_samples": args.report_samples}))
 
 
 def quantize_command(args) -> int:
@@ -131,7 +141,11 @@ def quantize_command(args) -> int:
         check_output(output, [source], args.force)
         _check_plot_support(args)
         if kind == "onnx":
-            result = pipeline.quantize_onnx(source, output, settings, _evaluation(args, source), _static(args, settings))
+            static = _static(args, settings)
+            if static is not None and static.max_drop is not None:
+                result = pipeline.quantize_onnx_within(source, output, settings, _evaluation(args, source), static)
+            else:
+                result = pipeline.quantize_onnx(source, output, settings, _evaluation(args, source), static)
         else:
             result = pipeline.quantize_file(source, output, kind, settings)
     report.show(result, as_json=args.json)

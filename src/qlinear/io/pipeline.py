@@ -14,7 +14,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -415,6 +415,38 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 "per_layer": layers,
             }
         summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
+    return summary
+
+
+MAX_KEPT_LAYERS = 24  # layers a --max-drop search keeps float at most before it gives up
+
+
+def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure: Evaluation,
+                         static: static_quantization.StaticSettings) -> dict:
+    """Static quantization with ``static.max_drop``: while the task figure on the labelled data drops by
+    more than that many points, keep the layer with the worst activation SQNR float too (its activations
+    and weight: NNCF's accuracy control, Neural Compressor's autotune), and quantize again; the statistics
+    are calibrated once."""
+    if measure.data is None:
+        raise UserError("--max-drop needs labelled data to measure the drop: --eval DATA.npz (with 'labels')")
+    kept = list(static.keep_float)
+    history = []
+    while True:
+        current = replace(static, keep_float=tuple(kept))
+        summary = quantize_onnx(source, output, settings, measure, current)
+        accuracy = summary["model"].get("accuracy")
+        if not accuracy:
+            raise UserError(f"--max-drop: the task figure could not be measured "
+                            f"({summary['model'].get('accuracy_note', 'no runtime')})")
+        drop = 100.0 * (accuracy["float"] - accuracy["quantized"])
+        history.append({"kept": kept[len(static.keep_float):], "quantized": accuracy["quantized"], "drop": drop})
+        candidates = [layer["node"] for layer in summary["activations"]["per_layer"]["layers"]
+                      if layer["node"] and layer["node"] not in kept]
+        if drop <= static.max_drop or not candidates or len(kept) - len(static.keep_float) >= MAX_KEPT_LAYERS:
+            break
+        kept.append(candidates[0])
+    summary["activations"]["max_drop"] = {"budget": static.max_drop, "met": drop <= static.max_drop,
+                                          "kept": kept[len(static.keep_float):], "history": history}
     return summary
 
 

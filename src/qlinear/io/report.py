@@ -209,7 +209,48 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         conversion = model.get("conversion")
         if conversion:
             console.print(f"opset conversion: {conversion['note']}")
+        if report.get("activations"):
+            _show_activations(console, report["activations"])
         _show_accuracy(console, model)
+
+
+SHOWN_LAYERS = 12  # the worst activations the table shows (--json has them all)
+
+
+def _show_activations(console, activations: dict) -> None:
+    """Static quantization: what was folded, calibrated and kept, and the per-layer SQNR, worst first."""
+    from rich.table import Table
+
+    folded = activations.get("folded") or {}
+    if folded.get("nodes"):
+        console.print(f"folded into the convolutions before quantizing: {len(folded['nodes'])} nodes "
+                      f"(BatchNormalization, Mul/Add by constants); the float model moved by "
+                      f"{folded.get('max_difference', 0.0):.3g} at most")
+    console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
+                  f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
+                  f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")
+    layers = activations["per_layer"]
+    if not layers["samples"]:
+        console.print("per-layer SQNR: not measured (--report-samples 0)")
+        return
+    table = Table(title=f"SQNR of the quantized activations against the float model's, worst first "
+                        f"({layers['samples']} samples)", title_justify="left")
+    for column, justify in (("tensor", "left"), ("written by", "left"), ("SQNR dB", "right"), ("max |err|", "right")):
+        table.add_column(column, justify=justify, overflow="fold")
+    for row in layers["layers"][:SHOWN_LAYERS]:
+        table.add_row(row["tensor"], row["producer"], _db(row["sqnr_db"]), _err(row["max_abs_error"]))
+    if len(layers["layers"]) > SHOWN_LAYERS:
+        table.add_row(f"... {len(layers['layers']) - SHOWN_LAYERS} more (--json)", "", "", "")
+    for row in layers["outputs"]:
+        table.add_row(row["output"], "model output", _db(row["sqnr_db"]), _err(row["max_abs_error"]))
+    console.print(table)
+    search = activations.get("max_drop")
+    if search:
+        steps = "; ".join(f"{len(step['kept'])} kept: {100 * step['quantized']:.2f}% ({step['drop']:+.2f} points)"
+                          for step in search["history"])
+        verdict = "within" if search["met"] else "NOT within"
+        console.print(f"--max-drop {search['budget']:g}: {verdict} the budget with {len(search['kept'])} layers kept float "
+                      f"({', '.join(search['kept']) or 'none'}); {steps}")
 
 
 _TASK_WORDS = {"classify": "accuracy", "ctc": "exact-match text accuracy", "threshold": "decisions equal to the labels"}

@@ -40,6 +40,9 @@ class StaticSettings:
     symmetric: bool = False
     keep_float: tuple[str, ...] = ()
     report_samples: int = 16  # samples the per-layer SQNR is measured on
+    max_drop: float | None = None  # points of the task figure: keep the worst layers float until within
+    # Calibration results by tensor name, shared by the runs of a --max-drop search (which only drop tensors).
+    cache: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def qtype(self):
@@ -81,7 +84,10 @@ def plan(model, static: StaticSettings, data: CalibrationData) -> Plan:
 def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> None:
     """Observe every planned activation over the calibration data; fill ``plan_.parameters``."""
     names = [a.name for a in plan_.activations]
-    observers = activation_calibration.collect(model_ref, names, plan_.data, progress)
+    missing = [name for name in names if name not in static.cache]
+    if missing:
+        static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress))
+    observers = {name: static.cache[name] for name in names}
     qtype = static.qtype
     for name, observer in observers.items():
         try:
@@ -135,10 +141,12 @@ def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int
 def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], static: StaticSettings,
               progress=None) -> dict:
     """SQNR of every quantized activation and every model output, quantized against float."""
+    if static.report_samples == 0:
+        return {"samples": 0, "layers": [], "outputs": []}
     names = [a.name for a in plan_.activations if a.producer] + output_names
     agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data,
                                                 limit=static.report_samples, progress=progress)
-    layers = sorted(({"tensor": a.name, "producer": a.producer, "readers": a.readers[:3],
+    layers = sorted(({"tensor": a.name, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
                       "sqnr_db": agreements[a.name].sqnr_db, "max_abs_error": agreements[a.name].max_abs_error}
                      for a in plan_.activations if a.producer), key=lambda row: row["sqnr_db"])
     outputs = [{"output": name, "sqnr_db": agreements[name].sqnr_db, "max_abs_error": agreements[name].max_abs_error}

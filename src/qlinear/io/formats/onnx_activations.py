@@ -43,7 +43,8 @@ class Activation:
     """One activation tensor to quantize: who makes it, who reads it, and why it was chosen."""
 
     name: str
-    producer: str  # the producing node's name, or "" for a graph input
+    producer: str  # the producing node ("Conv 'conv1'"), or "" for a graph input
+    node: str = ""  # the producing node's name (its first output's where it has none): what --keep-float takes
     readers: list[str] = field(default_factory=list)  # "Conv conv1", ...
     ops: set[str] = field(default_factory=set)  # the operator types whose inputs or outputs it is
 
@@ -112,7 +113,8 @@ def _fused_chains(graph, readers: dict, constant: set[str]) -> dict[str, str]:
 def kept_nodes(model, keep_float: tuple[str, ...]) -> list:
     """The main-graph nodes that ``keep_float`` names, by node name or operator type."""
     kept = set(keep_float)
-    return [node for node in model.graph.node if node.name in kept or node.op_type in kept]
+    return [node for node in model.graph.node
+            if node.name in kept or node.op_type in kept or (not node.name and node.output and node.output[0] in kept)]
 
 
 def select(model, keep_float: tuple[str, ...] = ()) -> tuple[list[Activation], list[Skipped]]:
@@ -158,7 +160,8 @@ def select(model, keep_float: tuple[str, ...] = ()) -> tuple[list[Activation], l
             return
         if producer is None and name not in inputs:
             return  # an outer-scope name of a subgraph: not this graph's
-        activation = chosen.setdefault(name, Activation(name, "" if producer is None else _node_label(producer)))
+        activation = chosen.setdefault(name, Activation(name, "" if producer is None else _node_label(producer),
+                                                        "" if producer is None else producer.name or producer.output[0]))
         activation.ops.add(node.op_type)
         if role == "input":
             activation.readers.append(_node_label(node))
