@@ -26,3 +26,11 @@ def kernel_paths(available: tuple[str, ...]) -> tuple[str, ...]:
     if FULL:
         return available
     return tuple(p for i, p in enumerate(available) if i == 0 or p in ("avx2", "blas"))
+
+
+def tf_types(all_types):
+    """TensorFlow's quantized types to test: all five in the full run; by default quint8 (TensorFlow's classic),
+    qint16 (a signed 16-bit one) and qint32 (the one that wraps): each type compiles its own kernels, about 50 s
+    of a cold run per type. ``all_types`` is a list, or a dict by type name."""
+    keep = all_types if FULL else [t for t in all_types if t in ("quint8", "qint16", "qint32")]
+    return {t: all_types[t] for t in keep} if isinstance(all_types, dict) else list(keep)

@@ -20,13 +20,14 @@ import qlinear.tf
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import threads
 from qlinear.tf import quantize as tf_api
+from suite import tf_types
 
 pytest.importorskip("numba")
 
 F32 = np.float32
 TINY = float(np.finfo(np.float32).tiny)
 FMAX = float(np.finfo(np.float32).max)
-TYPES = {"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32}
+TYPES = tf_types({"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32})
 MODES = [("MIN_COMBINED", "HALF_AWAY_FROM_ZERO"), ("MIN_FIRST", "HALF_AWAY_FROM_ZERO"),
          ("SCALED", "HALF_AWAY_FROM_ZERO"), ("SCALED", "HALF_TO_EVEN")]
 

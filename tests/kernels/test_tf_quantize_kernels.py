@@ -16,9 +16,9 @@ import qlinear.tf
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import threads
 from qlinear.tf import quantize as tf_api
-from suite import examples
+from suite import examples, tf_types
 
-TYPES = ["qint8", "quint8", "qint16", "quint16", "qint32"]
+TYPES = tf_types(["qint8", "quint8", "qint16", "quint16", "qint32"])
 STORAGE = {"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32}
 RANGE_VALUES = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 6.0, -6.0, 127.0, -128.0, 1e-3, -1e-3, 1e-40, -1e-40, 1e-30,
                          3e38, -3e38, 1e6, -1e6, 2.5, -2.5, 255.0, 65535.0], np.float32)

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from qlinear.tf import dequantize, quantize_v2
-from suite import examples
+from suite import examples, tf_types
 
 pytest.importorskip("tensorflow")
 
 F32 = np.float32
 FLT_MIN = float(np.finfo(np.float32).tiny)
-TYPES = ["qint8", "quint8", "qint16", "quint16", "qint32"]
+TYPES = tf_types(["qint8", "quint8", "qint16", "quint16", "qint32"])
 STORAGE = {"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32}
 
 # Every valid attribute combination of QuantizeV2 (HALF_TO_EVEN exists only for SCALED).

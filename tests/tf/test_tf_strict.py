@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from qlinear.tf import dequantize, quantize_v2
+from suite import tf_types
 
-TYPES = {"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32}
+TYPES = tf_types({"qint8": np.int8, "quint8": np.uint8, "qint16": np.int16, "quint16": np.uint16, "qint32": np.int32})
 
 
 def _round_half_away(v: Fraction) -> int:

@@ -339,7 +339,7 @@ def plot(report: dict, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for row in report["tensors"]:
-        if not row["quantized"]:
+        if not row["quantized"] or row["_stats"].edges is None:  # (int32 biases: no histogram kept)
             continue
         stats, qtype = row["_stats"], row["_qtype"]
         figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -370,4 +370,33 @@ def plot(report: dict, folder: Path) -> list[Path]:
         figure.savefig(path, dpi=90)
         plt.close(figure)
         written.append(path)
+    layers = (report.get("activations") or {}).get("per_layer", {}).get("layers")
+    if layers:
+        written.append(_plot_layers(plt, report["activations"], folder))
     return written
+
+
+def _plot_layers(plt, activations: dict, folder: Path) -> Path:
+    """Static quantization: each quantized activation's SQNR in graph order, the worst named."""
+    order = {row["name"]: index for index, row in enumerate(activations["tensors"])}
+    layers = sorted(activations["per_layer"]["layers"], key=lambda row: order.get(row["tensor"], 0))
+    values = [row["sqnr_db"] if row["sqnr_db"] is not None and math.isfinite(row["sqnr_db"]) else np.nan for row in layers]
+    figure, axes = plt.subplots(figsize=(12, 4.5))
+    axes.plot(np.arange(len(values)), values, marker=".", linewidth=0.8)
+    for row in activations["per_layer"]["layers"][:8]:  # the worst, annotated
+        index = next(i for i, layer in enumerate(layers) if layer["tensor"] == row["tensor"])
+        axes.annotate(row["tensor"], (index, values[index]), fontsize=7, rotation=30, xytext=(3, -12),
+                      textcoords="offset points")
+    for output in activations["per_layer"]["outputs"]:
+        if output["sqnr_db"] is not None and math.isfinite(output["sqnr_db"]):
+            axes.axhline(output["sqnr_db"], color="tab:red", linewidth=0.8, linestyle="--")
+            axes.annotate(f"output {output['output']}", (0, output["sqnr_db"]), fontsize=7, color="tab:red")
+    axes.set_xlabel("quantized activation, in graph order")
+    axes.set_ylabel("SQNR against float, dB")
+    axes.set_title(f"{activations['type']} activations ({activations['method']}, {activations['calibration_samples']} "
+                   f"calibration samples): SQNR of each, {activations['per_layer']['samples']} samples", fontsize=9)
+    figure.tight_layout()
+    path = folder / "activations-sqnr.png"
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path

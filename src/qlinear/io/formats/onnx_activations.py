@@ -197,10 +197,10 @@ def insert_pairs(model, activations: list[Activation], parameters: dict, qtype, 
         scale, zero_point = parameters[name]
         s_name, z_name = unique(f"{name}_scale", taken), unique(f"{name}_zero_point", taken)
         initializers.append(helper.make_tensor(s_name, _FLOAT, [], np.asarray(scale, np.float32).tobytes(), raw=True))
-        q_inputs = None
-        if zero_point is not None:
-            zero = np.asarray(zero_point, qtype.dtype)
-            initializers.append(helper.make_tensor(z_name, qtype.tensorproto, [], zero.tobytes(), raw=True))
+        # A float8 type has a zero zero point: it still names QuantizeLinear's output type (before opset 21's
+        # output_dtype attribute).
+        zero = np.asarray(0 if zero_point is None else zero_point, qtype.dtype)
+        initializers.append(helper.make_tensor(z_name, qtype.tensorproto, [], zero.tobytes(), raw=True))
         quantized = unique(f"{name}_quantized", taken)
         if name in position_of:  # a produced tensor keeps its name on the DequantizeLinear's output
             source, target = unique(f"{name}_float", taken), name
@@ -211,11 +211,9 @@ def insert_pairs(model, activations: list[Activation], parameters: dict, qtype, 
             source, target = name, unique(f"{name}_dequantized", taken)
             _rename_readers(graph, name, target)
             where = 0
-        q_inputs = [source, s_name] + ([z_name] if zero_point is not None else [])
-        dq_inputs = [quantized, s_name] + ([z_name] if zero_point is not None else [])
-        extra = {} if zero_point is not None else {"output_dtype": qtype.tensorproto}
-        nodes = [helper.make_node("QuantizeLinear", q_inputs, [quantized], name=unique(f"{name}_QuantizeLinear", taken),
-                                  **extra),
+        q_inputs = [source, s_name, z_name]
+        dq_inputs = [quantized, s_name, z_name]
+        nodes = [helper.make_node("QuantizeLinear", q_inputs, [quantized], name=unique(f"{name}_QuantizeLinear", taken)),
                  helper.make_node("DequantizeLinear", dq_inputs, [target], name=unique(f"{name}_DequantizeLinear", taken))]
         inserts.append((where, nodes))
     for where, nodes in sorted(inserts, key=lambda item: -item[0]):  # from the end, so positions hold
