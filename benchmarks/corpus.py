@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corpus import measure_float, ocr, speech  # noqa: E402
+from corpus import measure_float, ocr  # noqa: E402
 from corpus.models import NAMES, ort_runner, path  # noqa: E402
 
 from qlinear.cli import main as qlinear_main  # noqa: E402
@@ -42,26 +42,6 @@ def quantize(name: str, dtype: str, output: Path, *extra: str) -> tuple[dict, fl
     if code:
         raise SystemExit(f"qlinear quantize {name} {dtype} failed")
     return json.loads(stdout.getvalue()), seconds
-
-
-def headline(name: str, float_out, quantized_out, data) -> dict:
-    before = measure_float.figures(name, float_out, data)
-    after = measure_float.figures(name, quantized_out, data)
-    key = next(iter(before))
-    result = {"figure": key, "float": before[key], "quantized": after[key]}
-    if name == "ocr_det":
-        result["vs float"] = ocr.det_iou(float_out, quantized_out)
-        result["vs float name"] = "map IoU (p > 0.3)"
-    elif name.startswith("vad"):
-        result["vs float"] = speech.decision_agreement(float_out, quantized_out)
-        result["vs float name"] = "decisions equal"
-    elif name == "ocr_rec":
-        result["vs float"] = ocr.exact_match(quantized_out.texts, [t.strip(" ") for t in float_out.texts])
-        result["vs float name"] = "texts equal"
-    else:
-        result["vs float"] = float((quantized_out.argmax(1) == float_out.argmax(1)).mean())
-        result["vs float name"] = "predictions equal"
-    return result
 
 
 def subset(name: str, data):
@@ -83,7 +63,7 @@ def layer_costs(name: str, dtype: str, rows: list[dict], folder: Path) -> list[d
             continue
         output = folder / f"{name}.{dtype}.layer.onnx"
         quantize(name, dtype, output, "--include", row["name"])
-        figures = headline(name, float_out, measure_float.outputs(name, ort_runner(output), data), data)
+        figures = measure_float.against_float(name, float_out, measure_float.outputs(name, ort_runner(output), data), data)
         costs.append({"tensor": row["name"], "shape": row["shape"], "sqnr_db": row["sqnr_db"],
                       "drop": figures["float"] - figures["quantized"], "vs float": figures["vs float"]})
     return sorted(costs, key=lambda c: (c["vs float"], -c["drop"]))
@@ -108,7 +88,7 @@ def main() -> None:
                 started = time.perf_counter()
                 quantized_out = measure_float.outputs(name, ort_runner(output), data)
                 run_seconds = time.perf_counter() - started
-                figures = headline(name, float_out, quantized_out, data)
+                figures = measure_float.against_float(name, float_out, quantized_out, data)
                 weights = report["totals"]["weights"]
                 entry = {"model": name, "dtype": dtype, "quantize_s": seconds, "run_s": run_seconds,
                          "weights_bytes": weights["bytes"], "quantized_bytes": weights["quantized_bytes"],

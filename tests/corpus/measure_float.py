@@ -100,6 +100,26 @@ def figures(name: str, out: Any, data: Any) -> dict[str, float]:
     return {"accuracy vs labels": speech.label_accuracy(out, data.labels)}
 
 
+def against_float(name: str, float_out: Any, quantized_out: Any, data: Any) -> dict:
+    """The headline task figure of a float and a quantized run, and how far the quantized run is from the
+    float one ("vs float": the detector's map IoU, the VAD's equal decisions, equal texts, equal predictions)."""
+    before, after = figures(name, float_out, data), figures(name, quantized_out, data)
+    key = next(iter(before))
+    result = {"figure": key, "float": before[key], "quantized": after[key]}
+    if name == "ocr_det":
+        result["vs float"], result["vs float name"] = ocr.det_iou(float_out, quantized_out), "map IoU (p > 0.3)"
+    elif name.startswith("vad"):
+        result["vs float"], result["vs float name"] = speech.decision_agreement(float_out, quantized_out), "decisions equal"
+        result["max probability difference"] = speech.max_abs_diff(float_out, quantized_out)
+    elif name == "ocr_rec":
+        result["vs float"] = ocr.exact_match(quantized_out.texts, [t.strip(" ") for t in float_out.texts])
+        result["vs float name"] = "texts equal"
+    else:
+        result["vs float"] = float((quantized_out.argmax(1) == float_out.argmax(1)).mean())
+        result["vs float name"] = "predictions equal"
+    return result
+
+
 def main() -> int:
     names = [n for n in MODELS if available(n)]
     missing = [n for n in MODELS if n not in names]

@@ -129,26 +129,12 @@ def test_defaults_find_the_weights_and_write_a_valid_model(folder, name, dtype):
         assert all(not row["quantized"] for row in rows.values() if len(row["shape"]) < 2)
 
 
-def _figures(name: str, float_out, quantized_out, data) -> dict:
-    """The headline figures: the task figure of both models and how far the quantized one moved."""
-    before = measure_float.figures(name, float_out, data)
-    after = measure_float.figures(name, quantized_out, data)
-    headline = next(iter(before))
-    figures = {"figure": headline, "float": before[headline], "quantized": after[headline]}
-    if name == "ocr_det":
-        figures["map IoU vs float"] = ocr.det_iou(float_out, quantized_out)
-    if name.startswith("vad"):
-        figures["decisions equal"] = speech.decision_agreement(float_out, quantized_out)
-        figures["max probability difference"] = speech.max_abs_diff(float_out, quantized_out)
-    return figures
-
-
 GATES = {  # int8 with the defaults
     "ocr_cls": lambda f: f["quantized"] >= f["float"] - 0.01,
     "ocr_rec": lambda f: f["quantized"] >= f["float"] - 0.02,
-    "ocr_det": lambda f: f["map IoU vs float"] >= 0.95,
-    "vad": lambda f: f["decisions equal"] >= 0.97,
-    "vad_op15": lambda f: f["decisions equal"] >= 0.97,
+    "ocr_det": lambda f: f["vs float"] >= 0.95,  # the map's IoU
+    "vad": lambda f: f["vs float"] >= 0.97,  # the frame decisions equal to float's
+    "vad_op15": lambda f: f["vs float"] >= 0.97,
 }
 
 
@@ -159,7 +145,7 @@ def test_task_figure_against_the_float_model(folder, name, dtype):
     data = _data(name)
     float_out = _float_outputs(name)
     quantized_out = measure_float.outputs(name, ort_runner(output), data)
-    figures = _figures(name, float_out, quantized_out, data)
+    figures = measure_float.against_float(name, float_out, quantized_out, data)
     print(f"\n{name} {dtype}: {figures}")
     if dtype == "int8":
         assert GATES[name](figures), figures

@@ -401,7 +401,6 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             summary["model"]["conversion"] = conversion
         if static_plan is not None:
             output_names = [o.name for o in model.model.graph.output]
-            names = [a.name for a in static_plan.activations if a.producer] + output_names
             original_proto = import_onnx().load(str(source))
             with report.progress(static.report_samples, "comparing layers", unit="samples") as advance:
                 layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, static,

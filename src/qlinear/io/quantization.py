@@ -44,7 +44,7 @@ def quantize_tensor(x, gran: Granularity, qtype: ElementType, scale: np.ndarray,
         chunk = np.asarray(x[start:stop])
         chunk_scale = scale if scalar else param_rows(scale, gran, start, stop)
         chunk_zero = zero_point if scalar else param_rows(zero_point, gran, start, stop)
-        q, restored = quantize_chunk(chunk, chunk_scale, chunk_zero, qtype, attrs)
+        q, restored = quantize_chunk(chunk, chunk_scale, chunk_zero if qtype.is_integer else None, qtype, attrs)
         error = chunk.astype(np.float64) - restored.astype(np.float64)
         squared = error * error
         stats.signal += float(np.sum(np.square(chunk, dtype=np.float64)))
@@ -73,7 +73,7 @@ def quantize_chunk(x, scale, zero_point, qtype: ElementType, attrs: dict):
     """(QuantizeLinear(x, scale, zero point), the weight those codes stand for): x in its own type where
     QuantizeLinear takes it (float64 as float32) and the scale as stored, so the division happens in the
     scale's type, as the spec and the written model have it; the dequantized values rounded to x's type,
-    which is what a model's weight (or `qlinear dequantize`) becomes."""
+    which is what a model's weight (or `qlinear dequantize`) becomes. NumPy or dask arrays alike."""
     xq = x if x.dtype in _OWN_TYPES else x.astype(np.float32)
     if qtype.is_integer:
         q = quantize_linear(xq, scale, zero_point, **attrs)

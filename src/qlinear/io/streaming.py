@@ -27,6 +27,7 @@ from .. import calibrate
 from ..granularity import Granularity
 from .calibration import parameters
 from .chunks import param_rows
+from .quantization import quantize_chunk
 from .plan import ChunkSize, Stats
 
 AUTO_BYTES = 1 << 30  # tensors above this go through dask without --chunks
@@ -95,18 +96,7 @@ def calibrate_dask(where: str, x, gran: Granularity, qtype, symmetric: bool):
 
 def quantize_graph(x, gran: Granularity, qtype, scale, zero_point):
     """Lazy quantized values of dask ``x`` and the lazy error figures (signal, noise, max |error|)."""
-    from ..ops.quantize_linear import dequantize_linear, quantize_linear
-
-    attrs = gran.attributes()
-    x32 = x.astype(np.float32)  # exact: the scales of tensor files and stores are float32
-    if qtype.is_integer:
-        q = quantize_linear(x32, scale, zero_point, **attrs)
-        restored = dequantize_linear(q, scale, zero_point, **attrs)
-    else:
-        q = quantize_linear(x32, scale, output_dtype=qtype.onnx_name, **attrs)
-        restored = dequantize_linear(q, scale, **attrs)
-    if np.dtype(x.dtype).itemsize < 4:  # float16/bfloat16: restored in the tensor's type, as `quantization` does
-        restored = restored.astype(x.dtype)
+    q, restored = quantize_chunk(x, scale, zero_point, qtype, gran.attributes())  # lazily, chunk by chunk
     x64 = x.astype(np.float64)
     error = x64 - restored.astype(np.float64)
     return q, ((x64 * x64).sum(), (error * error).sum(), abs(error).max())
