@@ -39,8 +39,8 @@ power of two, x / w is exact and the bins are exactly np.histogram's with edges 
   s, zero at code z so that 0 is exact) has the least expected squared error over the histogram
   (rounding inside the range, clipping outside). Every zero point is tried for each step s = minmax's
   step * 2**(-e/32), first every 4th e, then the e around the best, down to ranges ~2 bins wide. The
-  range returned is the quantizer's own, [-z s, (levels-1-z) s]. See `_SquaredError` for how each
-  bin's error is estimated.
+  range returned is the quantizer's own, [-z s, (levels-1-z) s]. See
+  `qlinear.kernels.calibration_stats.squared_errors` for how each bin's error is estimated.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ import math
 
 import numpy as np
 
+from ..kernels import calibration_stats
+
 DEFAULT_MAX_BINS = 2048
-_CHUNK = 1 << 16  # values binned at once: bounds the temporaries (~1 MB) whatever the sample's size
+_CHUNK = 1 << 18  # values observed at once: 1 MB of float32, which stays in a core's cache between passes
 
 
 class Observer:
@@ -121,34 +123,30 @@ class Observer:
         a = np.asarray(x)
         if a.dtype.kind == "c":
             raise TypeError("Observer.update: complex values have no quantization range")
-        flat = a.reshape(-1)
-        # float32 holds float16/bfloat16 values exactly and is twice as fast; float64 the rest.
+        # float32 holds float16/bfloat16 values exactly; float64 the rest (integers, float64).
         small = a.dtype == np.float32 or (a.dtype.kind in "fV" and a.dtype.itemsize <= 2)
-        compute = np.float32 if small else np.float64
-        wide = a.dtype.kind == "f" and a.dtype.itemsize >= 8
+        flat = a.reshape(-1)
+        # A chunk at a time, each read from memory once: its summary, then its counts, come from the cache.
         for start in range(0, flat.size, _CHUNK):
-            v = flat[start:start + _CHUNK].astype(compute, copy=False)  # may be the caller's memory
-            finite = np.isfinite(v)
-            bad = v.size - int(np.count_nonzero(finite))
-            if bad:
-                nan = int(np.count_nonzero(np.isnan(v)))
-                self._nan += nan
-                self._inf += bad - nan
-                v = v[finite]
-            if v.size:
-                self._add_finite(v, wide)
+            self._add(flat[start:start + _CHUNK].astype(np.float32 if small else np.float64, copy=False))
 
-    def _add_finite(self, v: np.ndarray, wide: bool) -> None:
-        low, high = float(v.min()), float(v.max())
-        self._count += v.size
-        self._zeros += int(np.count_nonzero(v == 0))
+    def _add(self, flat: np.ndarray) -> None:
+        finite, nan, inf, zeros, low, high = calibration_stats.summary(flat)
+        self._nan += nan
+        self._inf += inf
+        if not finite:
+            return
+        self._count += finite
+        self._zeros += zeros
         self._min = low if self._min is None else min(self._min, low)
         self._max = high if self._max is None else max(self._max, high)
+        # The width is a function of the overall min and max alone, so binning chunk by chunk gives what
+        # binning all the data at once would.
         self._regrid(self._width)
         if self._width is None:  # still all zeros: they sit in bin 0 whatever the width
             self._counts[0] = self._count
             return
-        self._counts += _bin(v, self._width, self._lo, len(self._counts), wide)
+        calibration_stats.add_bins(flat, self._width, self._lo, self._counts, all_finite=not (nan or inf))
 
     def _regrid(self, width: float | None) -> None:
         """Re-bin the counts at the finest power-of-two width >= ``width`` at which the window of the
@@ -313,7 +311,8 @@ class Observer:
         low, high = min(self._min, 0.0) / unit, max(self._max, 0.0) / unit
         full = (high - low) / (levels - 1)
         u, v, c = self._pieces()
-        error = _SquaredError(u / unit, v / unit, c, levels)
+        pieces = (u / unit, v / unit, c)
+        sums = calibration_stats.squared_error_sums(*pieces)
         # Steps full * 2**(-e/32): e = 0 is minmax's step. The search stops where the range is ~2 bins
         # wide (the histogram knows nothing finer); it visits every 4th e, then the 7 around the best.
         last = int(math.log2(max((high - low) / (2 * self._width / unit), 1.0)) * 32)
@@ -321,7 +320,7 @@ class Observer:
 
         def visit(e: int) -> None:
             if 0 <= e <= last and e not in tried:
-                errors = error(full * 2.0 ** (-e / 32))
+                errors = calibration_stats.squared_errors(pieces, sums, full * 2.0 ** (-e / 32), levels)
                 z = int(np.argmin(errors))
                 tried[e] = (float(errors[z]), z)
 
@@ -465,96 +464,6 @@ def _xlogx(x):
     x = np.asarray(x, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
-
-
-def _rounding_integral(y: np.ndarray) -> np.ndarray:
-    """The integral from -1/2 to y of (t - round(t))**2: 1/12 per whole step, plus the partial one."""
-    n = np.floor(y + 0.5)
-    f = y - n
-    return n / 12.0 + (f ** 3 + 0.125) / 3.0
-
-
-class _SquaredError:
-    """Expected total squared error of a distribution given as uniform pieces [u, v] holding c values,
-    quantized with step s to the codes (k - z) s, k = 0..levels-1 (0 is exact), which clip it to
-    [a, b] = [-z s, (levels-1-z) s]; `__call__(s)` gives it for every zero point z at once.
-
-    Inside [a, b] a piece's mean rounding error is the exact average of the sawtooth (x - s round(x/s))**2
-    over [u, v]: s**2/12 when the piece spans many steps, (mid - nearest code)**2 + width**2/12 when it
-    lies between two codes, and everything in between. Clipped values cost (x - b)**2, on average
-    E[x**2] - 2 b E[x] + b**2 with E[x**2] = (u**2 + uv + v**2)/3. Pieces wholly below a, inside or above
-    b come from prefix sums; the (at most two) pieces cut by a or b are split exactly.
-    """
-
-    def __init__(self, u, v, c, levels: int):
-        self.u, self.v, self.c = u, v, c
-        self.width = v - u
-        self.mid = (u + v) / 2
-        m1 = c * self.mid
-        m2 = c * (u * u + u * v + v * v) / 3.0
-        prefix = lambda x: np.concatenate(([0.0], np.cumsum(x)))  # noqa: E731
-        suffix = lambda x: np.concatenate((np.cumsum(x[::-1])[::-1], [0.0]))  # noqa: E731
-        self.below_sums = prefix(c), prefix(m1), prefix(m2)  # sums over pieces [0, i)
-        self.above_sums = suffix(c), suffix(m1), suffix(m2)  # sums over pieces [i, P)
-        self.prefix = prefix
-        self.z = np.arange(levels, dtype=np.float64)
-        self.levels = levels
-
-    def _mean_rounding(self, u, v, s):
-        """Mean of (x - s round(x/s))**2 over [u, v] (at the midpoint for a point piece)."""
-        width = v - u
-        point = width <= 1e-9 * s
-        with np.errstate(divide="ignore", invalid="ignore"):
-            spread = s ** 3 * (_rounding_integral(v / s) - _rounding_integral(u / s)) / np.where(point, 1.0, width)
-        mid = (u + v) / 2
-        return np.where(point, (mid - s * np.rint(mid / s)) ** 2, spread)
-
-    def __call__(self, s: float) -> np.ndarray:
-        u, v, c = self.u, self.v, self.c
-        a = -self.z * s
-        b = (self.levels - 1 - self.z) * s
-        below = np.searchsorted(v, a, side="right")  # pieces [0, below) end at or under a
-        above = np.searchsorted(u, b, side="left")  # pieces [above, P) start at or over b
-        first_in = np.searchsorted(u, a, side="left")  # pieces [first_in, last_in) lie in [a, b]
-        last_in = np.maximum(np.searchsorted(v, b, side="right"), first_in)
-        n0, n1, n2 = self.below_sums
-        p0, p1, p2 = self.above_sums
-        inside = self.prefix(c * self._mean_rounding(u, v, s))
-        errors = (n2[below] - 2 * a * n1[below] + a * a * n0[below]
-                  + p2[above] - 2 * b * p1[above] + b * b * p0[above]
-                  + inside[last_in] - inside[first_in])
-
-        # The piece holding a inside it, and the one holding b (counted once if it is the same piece).
-        ja = np.maximum(first_in - 1, 0)
-        cut_a = (first_in > 0) & (v[ja] > a) & (u[ja] < a)
-        jb = np.maximum(above - 1, 0)
-        cut_b = (above > 0) & (v[jb] > b) & (u[jb] < b) & ~(cut_a & (jb == ja))
-        for j, cut in ((ja, cut_a), (jb, cut_b)):
-            uj, vj = u[j], v[j]
-            lo, hi = np.clip(a, uj, vj), np.clip(b, uj, vj)
-            total = ((lo - a) ** 3 - (uj - a) ** 3) / 3.0 \
-                + (hi - lo) * self._mean_rounding(lo, hi, s) \
-                + ((vj - b) ** 3 - (hi - b) ** 3) / 3.0
-            errors = errors + np.where(cut, c[j] * total / np.where(cut, vj - uj, 1.0), 0.0)
-        return errors
-
-
-def _bin(v: np.ndarray, width: float, lo: int, size: int, wide: bool) -> np.ndarray:
-    """Counts of floor(v / width) - lo over range(size); v finite, inside the window, left unchanged.
-
-    x / width is exact (width is a power of two) unless it underflows, which matters only if a negative
-    x rounds to -0.0 (bin 0 instead of -1). In float32 that needs width >= 2 (nonzero float32 values are
-    >= 2**-149), so float32 is used below that; float64 only underflows so for float64 inputs, fixed here.
-    """
-    if v.dtype == np.float32 and 2.0 ** -126 <= width < 2.0:
-        q = v * np.float32(1.0 / width)
-    else:
-        q = v.astype(np.float64) / width
-    np.floor(q, out=q)
-    if wide:
-        q[(q == 0) & (v < 0)] = -1.0
-    q -= lo  # exact: small integers
-    return np.bincount(q.astype(np.intp), minlength=size)
 
 
 def _window_size(low: float, high: float, width: float) -> float:
