@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qlinear
-from suite import examples
+from suite import examples, tf_types
 
 da = pytest.importorskip("dask.array")
 
@@ -22,7 +22,7 @@ def cases(draw):
     chunks = tuple(draw(st.integers(1, d)) for d in shape)
     mode, round_mode = draw(st.sampled_from(MODES))
     axis = -1 if mode == "MIN_FIRST" else draw(st.sampled_from([-1] + list(range(rank))))
-    T = draw(st.sampled_from(["qint8", "quint8", "qint16", "quint16", "qint32"]))
+    T = draw(st.sampled_from(tf_types(["qint8", "quint8", "qint16", "quint16", "qint32"])))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     count = 1 if axis == -1 else shape[axis]
