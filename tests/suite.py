@@ -29,9 +29,22 @@ def kernel_paths(available: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def tf_types(all_types):
-    """TensorFlow's quantized types to test: all five in the full run; by default quint8 (TensorFlow's classic)
-    and qint8 (its signed twin, with MIN_COMBINED's shift): each type compiles its own kernels, about 70 s of a
-    cold run per type. The quirks of qint32 (it wraps) are checked against TensorFlow in every run
-    (tests/tf/test_tf_differential.py::test_quirk_on_tensorflow). ``all_types`` is a list, or a dict by type name."""
-    keep = all_types if FULL else [t for t in all_types if t in ("quint8", "qint8")]
+    """TensorFlow's quantized types whose kernels to test: all five in the full run; by default quint8
+    (TensorFlow's classic): each type compiles its own kernels, about 70 s of a cold run per type. Every type's
+    semantics is still checked in every run, on the NumPy reference (`kernels_for`): the official test vectors
+    and the quirks against TensorFlow. ``all_types`` is a list, or a dict by type name."""
+    keep = all_types if FULL else [t for t in all_types if t in DEFAULT_TF_TYPES]
     return {t: all_types[t] for t in keep} if isinstance(all_types, dict) else list(keep)
+
+
+DEFAULT_TF_TYPES = ("quint8",)
+
+
+def kernels_for(tf_type: str):
+    """A context in which qlinear.tf runs its kernels if ``tf_type``'s kernels are tested in this run, else its
+    NumPy reference (the kernels' equality with it is then left to the full run)."""
+    import contextlib
+
+    from qlinear.kernels.quantize_linear import use_kernels
+
+    return contextlib.nullcontext() if FULL or tf_type in DEFAULT_TF_TYPES else use_kernels(False)

@@ -150,3 +150,56 @@ def test_agreement_equals_the_reference_to_rounding():
         nan_y = cs.agreement(x[0], np.where(np.arange(x.shape[1]) == 9, np.nan, y[0]).astype(np.float32))
     assert math.isfinite(nan_y[0]) and math.isnan(nan_y[1]) and math.isnan(nan_y[2])
     assert cs.agreement(np.zeros(0, np.float32), np.zeros(0, np.float32)) == (0.0, 0.0, 0.0)
+
+
+def _state(observer):
+    counts, edges = observer.histogram()
+    return (counts.tolist(), edges.tolist(), observer.count, observer.nan_count, observer.inf_count,
+            observer.zero_count, observer.min, observer.max, observer.bin_width)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_observer_fed_by_the_one_pass_kernel_equals_the_reference(seed):
+    """Observer.update takes `observe_in_window` once its window is set: the state after a stream of samples
+    (ReLU-like, signed, one-signed far from zero, growing now and then, with NaN, infinities, -0.0, samples
+    larger than a chunk) is the reference's, bit for bit, and so is every range."""
+    from qlinear.io.observers import Observer
+
+    rng = np.random.default_rng(seed)
+    samples = []
+    for k in range(40):
+        kind = rng.integers(0, 4)
+        n = int(rng.choice([1, 7, 1000, 70_000, 300_000]))
+        x = rng.standard_normal(n).astype(np.float32) * np.float32(1.0 + (k // 10))
+        if kind == 0:
+            x = np.maximum(x, np.float32(0.0))
+        elif kind == 1:
+            x = np.abs(x) + np.float32(3.0)
+        elif kind == 2 and n > 10:
+            x[rng.integers(0, n, 3)] = [np.nan, np.inf, -0.0]
+        samples.append(x)
+    fast, reference = Observer(), Observer()
+    with use_kernels(True):
+        for x in samples:
+            fast.update(x)
+    with use_kernels(False):
+        for x in samples:
+            reference.update(x)
+    assert _state(fast) == _state(reference)
+    for method in ("minmax", "percentile", "entropy", "mse"):
+        with use_kernels(False):
+            expected = reference.range(method)
+        assert fast.range(method) == expected, method
+
+
+def test_the_one_pass_kernel_gives_up_on_values_outside_the_window_or_not_finite():
+    counts = np.zeros(8, np.int64)
+    inside = np.array([0.5, 0.0, -0.0, 1.5], np.float32)
+    assert cs.observe_in_window(inside, 1.0, -2, counts, -1.5, 5.0) == (2, -1.5, 5.0)
+    assert counts.tolist() == [0, 0, 3, 1, 0, 0, 0, 0]  # the zeros went to the bin of 0
+    for bad in ([6.5], [-2.5], [np.nan], [np.inf], [-np.inf]):
+        before = counts.copy()
+        assert cs.observe_in_window(np.array([0.5] + bad, np.float32), 1.0, -2, counts, -1.5, 5.0) is None
+        assert np.array_equal(counts, before)
+    # new extremes inside the window's end bins
+    assert cs.observe_in_window(np.array([-1.75, 5.5], np.float32), 1.0, -2, counts, -1.5, 5.0) == (0, -1.75, 5.5)

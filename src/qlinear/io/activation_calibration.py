@@ -215,6 +215,27 @@ class _Updater:
             self.observers[name].update(values[name])
 
 
+def ranges(observers: dict[str, Observer], method: str) -> dict[str, tuple[float, float] | ValueError]:
+    """Each observer's range by ``method`` (or the ValueError it raised), on as many threads as qlinear's kernels
+    use: the mse search is a kernel that releases the GIL, 6 ms per tensor."""
+    def one(item):
+        name, observer = item
+        try:
+            return name, observer.range(method)
+        except ValueError as error:
+            return name, error
+
+    from ..kernels import threads
+
+    workers = threads.get_num_threads()
+    if workers > 1 and len(observers) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="qlinear-ranges") as pool:
+            return dict(pool.map(one, observers.items()))
+    return dict(map(one, observers.items()))
+
+
 def first(data: CalibrationData) -> dict:
     return next(iter(data))
 

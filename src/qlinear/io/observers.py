@@ -131,6 +131,14 @@ class Observer:
             self._add(flat[start:start + _CHUNK].astype(np.float32 if small else np.float64, copy=False))
 
     def _add(self, flat: np.ndarray) -> None:
+        if self._width is not None and flat.size:
+            # The usual case once a few samples are in: every value finite and inside the window.
+            seen = calibration_stats.observe_in_window(flat, self._width, self._lo, self._counts, self._min, self._max)
+            if seen is not None:
+                self._count += flat.size
+                self._zeros += seen[0]
+                self._min, self._max = seen[1], seen[2]
+                return
         finite, nan, inf, zeros, low, high = calibration_stats.summary(flat)
         self._nan += nan
         self._inf += inf

@@ -89,11 +89,11 @@ def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> 
         static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress))
     observers = {name: static.cache[name] for name in names}
     qtype = static.qtype
+    found = activation_calibration.ranges(observers, static.method)
     for name, observer in observers.items():
-        try:
-            low, high = observer.range(static.method)
-        except ValueError as error:
-            raise UserError(f"activation {name!r}: {error}") from None
+        if isinstance(found[name], ValueError):
+            raise UserError(f"activation {name!r}: {found[name]}")
+        low, high = found[name]
         scale, zero_point = calibrate_math.parameters(np.float64(min(low, 0.0)), np.float64(max(high, 0.0)), qtype,
                                                       static.symmetric or not qtype.is_integer)
         plan_.parameters[name] = (np.float32(scale), zero_point.astype(qtype.dtype) if qtype.is_integer else None)

@@ -58,6 +58,65 @@ def add_bins_finite32(x, inverse, lo, counts):
 
 
 @njit(**_JIT)
+def observe_in_window32(x, inverse, lo, counts, low, high):
+    """`add_bins_finite32` and the summary in one pass, for float32 values expected inside the window of an
+    observer whose finite min and max so far are ``low`` and ``high``. Exact zeros get a slot of their own
+    (counted apart, then added to the bin of 0). The min can only move if a value lands in the bin of ``low``
+    or below, the max in the bin of ``high`` or above: only those values are compared. A value outside the
+    window, NaN or infinite (they land in the guard slots) makes it give up without counting anything.
+
+    Returns (ok, zeros, min, max) of the values together with ``low`` and ``high``."""
+    size = counts.size
+    stride = size + 3  # slot 0: below the window; 1..size: the bins; size + 1: above; size + 2: exact zeros
+    top = np.float64(size + 1)
+    shift = np.float64(lo - 1)
+    zero_slot = np.float64(size + 2)
+    low_slot = math.floor(low * inverse) - shift  # the slots of the min and max so far (exact, as below)
+    high_slot = math.floor(high * inverse) - shift
+    sub = np.zeros(4 * stride, np.int32)
+    index = np.empty(_CHUNK, np.int32)
+    n = x.size
+    new_low = low
+    new_high = high
+    for start in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - start)
+        for i in range(m):
+            v = x[start + i]
+            q = math.floor(np.float64(v) * inverse) - shift
+            q = q if q > 0.0 else 0.0  # NaN too
+            q = q if q < top else top
+            index[i] = zero_slot if v == 0 else q
+        m4 = m - m % 4
+        for i in range(0, m4, 4):
+            for j in range(4):
+                sub[j * stride + index[i + j]] += 1
+        for i in range(m4, m):
+            sub[index[i]] += 1
+        for i in range(m):
+            k = index[i]
+            if k <= low_slot or (k >= high_slot and k != zero_slot):
+                v = np.float64(x[start + i])
+                if v < new_low and v != 0:
+                    new_low = v
+                if v > new_high and v != 0:
+                    new_high = v
+    outside = np.int64(0)
+    zeros = np.int64(0)
+    for j in range(4):
+        outside += sub[j * stride] + sub[j * stride + size + 1]
+        zeros += sub[j * stride + size + 2]
+    if outside:
+        return False, zeros, low, high
+    for k in range(size):
+        counts[k] += sub[k + 1] + sub[stride + k + 1] + sub[2 * stride + k + 1] + sub[3 * stride + k + 1]
+    if zeros:
+        counts[-lo] += zeros
+        new_low = min(new_low, 0.0)
+        new_high = max(new_high, 0.0)
+    return True, zeros, new_low, new_high
+
+
+@njit(**_JIT)
 def add_bins(x, width, inverse, lo, counts):
     """Any finite or not float32/float64 values. Returns how many finite values fell outside ``counts``."""
     size = counts.size
