@@ -156,7 +156,8 @@ def _add_quantize(commands) -> None:
                    help="--calibrate: leave this node (or every node of this operator type) float: its weight and the "
                    "activations it reads and writes")
     p.add_argument("--report-samples", type=int, metavar="N",
-                   help="--calibrate: samples the per-layer SQNR is measured on (default 16; 0 skips it)")
+                   help="--calibrate: samples the per-layer SQNR is measured on (default: up to 16, as many as hold "
+                        "2 GiB of the compared activations; 0 skips it)")
     p.add_argument("--max-drop", type=float, metavar="POINTS",
                    help="--calibrate with --eval: keep the layers with the worst activation SQNR float, one at a time, "
                    "until the task figure is within POINTS of float's")

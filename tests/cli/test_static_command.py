@@ -79,6 +79,26 @@ def test_static_int8_digits(tmp_path, capsys, calibration):
     # the output SQNR the report gives is what onnxruntime measures on the calibration samples
     (sqnr,) = [o["sqnr_db"] for o in activations["per_layer"]["outputs"]]
     assert sqnr > 20
+    assert activations["per_layer"]["samples"] == 16  # the default for a small model
+
+
+def test_report_samples_default_to_16_within_a_memory_budget(tmp_path, capsys, calibration, monkeypatch):
+    """Without --report-samples the report runs on up to 16 samples whose compared activations fit
+    REPORT_BYTES (the OCR detector's pages hold 1.3 GB each); --report-samples overrides it."""
+    from qlinear.io import static_quantization
+
+    output = tmp_path / "static.onnx"
+    base = [EXAMPLE, "--dtype", "int8", "--calibrate", calibration, "-o", output, "--no-eval", "--force"]
+    # the MLP's compared activations: pixels' successors, 3 hidden tensors and logits, 4 bytes a value
+    monkeypatch.setattr(static_quantization, "REPORT_BYTES", 5 * 64 * 4)
+    code, report, err = _quantize(capsys, *base)
+    assert code == 0, err
+    layers = report["activations"]["per_layer"]
+    assert 1 <= layers["samples"] < 16 and layers["layers"]
+    monkeypatch.setattr(static_quantization, "REPORT_BYTES", 1)
+    assert _quantize(capsys, *base)[1]["activations"]["per_layer"]["samples"] == 1  # at least one
+    assert _quantize(capsys, *base, "--report-samples", "5")[1]["activations"]["per_layer"]["samples"] == 5
+    assert _quantize(capsys, *base, "--report-samples", "500")[1]["activations"]["per_layer"]["samples"] == 200
 
 
 def test_qlinear_run_and_onnxruntime_agree_on_the_static_model(tmp_path, capsys, calibration):

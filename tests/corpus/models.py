@@ -109,6 +109,8 @@ def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2) -> Runner:
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.intra_op_num_threads = threads
+    # Idle workers would spin after each run, taking the core another test (or the other pytest worker) needs.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     source = model if isinstance(model, bytes) else str(model)
     session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 

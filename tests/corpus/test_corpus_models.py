@@ -138,17 +138,17 @@ GATES = {  # int8 with the defaults
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", NAMES)
-def test_task_figure_against_the_float_model(folder, name, dtype):
-    output, _ = _quantized(folder, name, dtype)
+def test_task_figure_against_the_float_model(folder, name):
+    """The int8 defaults' gates. (int4 and float8e4m3fn have no gate: `benchmarks/corpus.py` reports their
+    figures, BENCHMARKS.md holds them; here they are checked to be valid and to run, below.)"""
+    output, _ = _quantized(folder, name, "int8")
     data = _data(name)
     float_out = _float_outputs(name)
     quantized_out = measure_float.outputs(name, ort_runner(output), data)
     figures = measure_float.against_float(name, float_out, quantized_out, data)
-    print(f"\n{name} {dtype}: {figures}")
-    if dtype == "int8":
-        assert GATES[name](figures), figures
+    print(f"\n{name} int8: {figures}")
+    assert GATES[name](figures), figures
 
 
 def _one_input(name: str) -> dict:

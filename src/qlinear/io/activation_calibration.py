@@ -78,11 +78,10 @@ class CalibrationData:
 GROUP_BYTES = 512 << 20  # of exposed activations per run: what one sample holds at once, per model
 
 
-def groups(model, names: list[str], feeds: dict, budget: int = GROUP_BYTES) -> list[list[str]]:
-    """``names`` cut into groups whose activations, for inputs shaped like ``feeds``, hold at most ``budget``
-    bytes (onnx's shape inference with the inputs' shapes fixed tells each size; a tensor it cannot size
-    runs alone). Each group is a run of the model per sample: a model whose activations of one sample take
-    1 GB (the OCR detector at 736x928) runs 3 times per sample instead of holding them all at once."""
+def sizes(model, names: list[str], feeds: dict) -> dict[str, int]:
+    """Bytes of each tensor of ``names`` for inputs shaped like ``feeds`` (onnx's shape inference with the
+    inputs' shapes fixed). A tensor inference cannot size (after a Reshape of computed dims, say) is taken to be
+    as large as the largest one it can: activations shrink with depth far more often than they grow."""
     import onnx
     from onnx import shape_inference
 
@@ -99,17 +98,24 @@ def groups(model, names: list[str], feeds: dict, budget: int = GROUP_BYTES) -> l
         inferred = shape_inference.infer_shapes(sized, data_prop=True).graph.value_info
     except Exception:  # noqa: BLE001 (inference fails on some exports: every tensor runs alone then)
         inferred = []
-    sizes = {}
+    known = {}
     for value in inferred:
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim]
         if dims and min(dims) >= 0:
-            sizes[value.name] = 4 * math.prod(dims)
-    # A tensor inference cannot size (after a Reshape of computed dims, say) is taken to be as large as the
-    # largest one it can: activations shrink with depth far more often than they grow.
-    unknown = max((sizes[name] for name in names if name in sizes), default=budget)
+            known[value.name] = 4 * math.prod(dims)
+    unknown = max((known[name] for name in names if name in known), default=None)
+    return {name: known.get(name, unknown) for name in names}
+
+
+def groups(model, names: list[str], feeds: dict, budget: int = GROUP_BYTES) -> list[list[str]]:
+    """``names`` cut into groups whose activations, for inputs shaped like ``feeds``, hold at most ``budget``
+    bytes (`sizes`; when no tensor can be sized, each runs alone). Each group is a run of the model per sample:
+    a model whose activations of one sample take 1 GB (the OCR detector at 736x928) runs 3 times per sample
+    instead of holding them all at once."""
+    held_by = sizes(model, names, feeds)
     cut, current, held = [], [], 0
     for name in names:
-        size = sizes.get(name, unknown)
+        size = held_by[name] if held_by[name] is not None else budget
         if current and held + size > budget:
             cut.append(current)
             current, held = [], 0

@@ -402,8 +402,9 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if static_plan is not None:
             output_names = [o.name for o in model.model.graph.output]
             original_proto = import_onnx().load(str(source))
-            with report.progress(static.report_samples, "comparing layers", unit="samples") as advance:
-                layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, static,
+            count = static_quantization.report_count(original_proto, static_plan, static, output_names)
+            with report.progress(count, "comparing layers", unit="samples") as advance:
+                layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, count,
                                                        advance)
             summary["activations"] = {
                 "type": static.qtype.onnx_name, "method": static.method, "symmetric": static.symmetric,

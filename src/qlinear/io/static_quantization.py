@@ -39,7 +39,7 @@ class StaticSettings:
     activation_type: object = None  # an ElementType; None: uint8
     symmetric: bool = False
     keep_float: tuple[str, ...] = ()
-    report_samples: int = 16  # samples the per-layer SQNR is measured on
+    report_samples: int | None = None  # samples the per-layer SQNR is measured on (None: `report_count`)
     max_drop: float | None = None  # points of the task figure: keep the worst layers float until within
     # Calibration results by tensor name, shared by the runs of a --max-drop search (which only drop tensors).
     cache: dict = field(default_factory=dict, compare=False, hash=False)
@@ -138,20 +138,38 @@ def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int
                                          writer.taken, _unique)
 
 
-def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], static: StaticSettings,
-              progress=None) -> dict:
-    """SQNR of every quantized activation and every model output, quantized against float."""
-    if static.report_samples == 0:
+REPORT_SAMPLES = 16  # the per-layer report's samples at most, by default ...
+REPORT_BYTES = 2 << 30  # ... and the activations they hold at most (the float and the quantized model run on each)
+
+
+def report_count(float_ref, plan_: Plan, static: StaticSettings, output_names: list[str]) -> int:
+    """How many samples the per-layer report runs on: ``--report-samples``, or up to `REPORT_SAMPLES` whose
+    compared activations hold at most `REPORT_BYTES` (the recogniser, 157 MB a line: 13 lines; the detector,
+    1.3 GB a page: 1 page). Never more than the calibration data has."""
+    if static.report_samples is not None:
+        return min(static.report_samples, plan_.data.samples)
+    names = [a.name for a in plan_.activations if a.producer] + output_names
+    held = activation_calibration.sizes(activation_calibration._proto(float_ref), names,
+                                        activation_calibration.first(plan_.data))
+    per_sample = sum(size for size in held.values() if size is not None)
+    fits = REPORT_BYTES // per_sample if per_sample else REPORT_SAMPLES
+    return max(1, min(REPORT_SAMPLES, fits, plan_.data.samples))
+
+
+def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], count: int, progress=None) -> dict:
+    """SQNR of every quantized activation and every model output, quantized against float, on the first
+    ``count`` samples (`report_count`)."""
+    if count == 0:
         return {"samples": 0, "layers": [], "outputs": []}
     names = [a.name for a in plan_.activations if a.producer] + output_names
-    agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data,
-                                                limit=static.report_samples, progress=progress)
+    agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data, limit=count,
+                                                progress=progress)
     layers = sorted(({"tensor": a.name, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
                       "sqnr_db": agreements[a.name].sqnr_db, "max_abs_error": agreements[a.name].max_abs_error}
                      for a in plan_.activations if a.producer), key=lambda row: row["sqnr_db"])
     outputs = [{"output": name, "sqnr_db": agreements[name].sqnr_db, "max_abs_error": agreements[name].max_abs_error}
                for name in output_names]
-    return {"samples": min(static.report_samples, plan_.data.samples), "layers": layers, "outputs": outputs}
+    return {"samples": count, "layers": layers, "outputs": outputs}
 
 
 def activation_rows(plan_: Plan, static: StaticSettings) -> list[dict]:
