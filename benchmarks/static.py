@@ -522,13 +522,7 @@ class Bench:
         else:
             row["samples"] = limit
             row["error"] = run["killed"] or _last_error_line(Path(run["stderr"]))
-        row["written"] = "error" not in row and output.exists()
-        if row["written"]:
-            row["output"] = str(output)
-            if evaluate_model:
-                row.update(evaluate(name, output))
-        self._log(row)
-        return row
+        return self._finish(row, name, output, evaluate_model)
 
     def qlinear(self, name: str, method: str, data: Path, count: int, tag: str = "",
                 evaluate_model: bool = True, report: bool = True) -> dict:
@@ -546,12 +540,16 @@ class Bench:
             row["error"] = run["killed"] or _last_error_line(Path(run["stderr"]))
         else:
             try:
-                report = json.loads(Path(run["stdout"]).read_text())
-                activations = report.get("activations", {})
+                printed = json.loads(Path(run["stdout"]).read_text())
+                activations = printed.get("activations", {})
                 row["samples"] = activations.get("calibration_samples", count)
                 row["pairs"] = activations.get("pairs")
             except (ValueError, OSError) as error:
                 row["report_error"] = first_line(error)
+        return self._finish(row, name, output, evaluate_model)
+
+    def _finish(self, row: dict, name: str, output: Path, evaluate_model: bool) -> dict:
+        """Whether the model was written, its figures (if asked), the log line."""
         row["written"] = "error" not in row and output.exists()
         if row["written"]:
             row["output"] = str(output)

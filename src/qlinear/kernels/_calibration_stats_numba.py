@@ -71,8 +71,13 @@ def observe_in_window32(x, inverse, lo, counts, low, high):
     top = np.float64(size + 1)
     shift = np.float64(lo - 1)
     zero_slot = np.float64(size + 2)
-    low_slot = math.floor(low * inverse) - shift  # the slots of the min and max so far (exact, as below)
-    high_slot = math.floor(high * inverse) - shift
+    low_slot = np.int64(math.floor(low * inverse) - shift)  # the slots of the min and max so far (exact)
+    high_slot = np.int64(math.floor(high * inverse) - shift)
+    # The slots whose values may move the min or the max: a table, since a test of the slot against both ends
+    # would mispredict on every exact zero of a ReLU's output (their slot is above the max's).
+    extreme = np.zeros(stride, np.uint8)
+    extreme[:max(low_slot + 1, 0)] = 1
+    extreme[min(max(high_slot, 0), size + 2):size + 2] = 1
     sub = np.zeros(4 * stride, np.int32)
     index = np.empty(_CHUNK, np.int32)
     n = x.size
@@ -93,8 +98,7 @@ def observe_in_window32(x, inverse, lo, counts, low, high):
         for i in range(m4, m):
             sub[index[i]] += 1
         for i in range(m):
-            k = index[i]
-            if k <= low_slot or (k >= high_slot and k != zero_slot):
+            if extreme[index[i]]:
                 v = np.float64(x[start + i])
                 if v < new_low and v != 0:
                     new_low = v
