@@ -58,31 +58,20 @@ def add_bins_finite32(x, inverse, lo, counts):
 
 
 @njit(**_JIT)
-def observe_in_window32(x, inverse, lo, counts, low, high):
-    """`add_bins_finite32` and the summary in one pass, for float32 values expected inside the window of an
-    observer whose finite min and max so far are ``low`` and ``high``. Exact zeros get a slot of their own
-    (counted apart, then added to the bin of 0). The min can only move if a value lands in the bin of ``low``
-    or below, the max in the bin of ``high`` or above: only those values are compared. A value outside the
-    window, NaN or infinite (they land in the guard slots) makes it give up without counting anything.
-
-    Returns (ok, zeros, min, max) of the values together with ``low`` and ``high``."""
+def add_bins_in_window32(x, inverse, lo, counts):
+    """`add_bins_finite32` for float32 values that are expected finite and inside the window, with exact zeros
+    counted in a slot of their own (then added to the bin of 0). A value outside the window, NaN or infinite
+    (they land in the guard slots) makes it give up without counting anything. Returns (ok, zeros). (The min and
+    max are NumPy's business: its SIMD reductions cost less than comparing here, where a ReLU6's many values at
+    its max would make every comparison a branch to mispredict.)"""
     size = counts.size
     stride = size + 3  # slot 0: below the window; 1..size: the bins; size + 1: above; size + 2: exact zeros
     top = np.float64(size + 1)
     shift = np.float64(lo - 1)
     zero_slot = np.float64(size + 2)
-    low_slot = np.int64(math.floor(low * inverse) - shift)  # the slots of the min and max so far (exact)
-    high_slot = np.int64(math.floor(high * inverse) - shift)
-    # The slots whose values may move the min or the max: a table, since a test of the slot against both ends
-    # would mispredict on every exact zero of a ReLU's output (their slot is above the max's).
-    extreme = np.zeros(stride, np.uint8)
-    extreme[:max(low_slot + 1, 0)] = 1
-    extreme[min(max(high_slot, 0), size + 2):size + 2] = 1
     sub = np.zeros(4 * stride, np.int32)
     index = np.empty(_CHUNK, np.int32)
     n = x.size
-    new_low = low
-    new_high = high
     for start in range(0, n, _CHUNK):
         m = min(_CHUNK, n - start)
         for i in range(m):
@@ -97,27 +86,17 @@ def observe_in_window32(x, inverse, lo, counts, low, high):
                 sub[j * stride + index[i + j]] += 1
         for i in range(m4, m):
             sub[index[i]] += 1
-        for i in range(m):
-            if extreme[index[i]]:
-                v = np.float64(x[start + i])
-                if v < new_low and v != 0:
-                    new_low = v
-                if v > new_high and v != 0:
-                    new_high = v
     outside = np.int64(0)
     zeros = np.int64(0)
     for j in range(4):
         outside += sub[j * stride] + sub[j * stride + size + 1]
         zeros += sub[j * stride + size + 2]
     if outside:
-        return False, zeros, low, high
+        return False, zeros
     for k in range(size):
         counts[k] += sub[k + 1] + sub[stride + k + 1] + sub[2 * stride + k + 1] + sub[3 * stride + k + 1]
-    if zeros:
-        counts[-lo] += zeros
-        new_low = min(new_low, 0.0)
-        new_high = max(new_high, 0.0)
-    return True, zeros, new_low, new_high
+    counts[-lo] += zeros
+    return True, zeros
 
 
 @njit(**_JIT)

@@ -100,14 +100,17 @@ def observe_in_window(flat: np.ndarray, width: float, lo: int, counts: np.ndarra
                       high: float) -> tuple[int, float, float] | None:
     """`summary` and `add_bins` at once, for an observer whose window (``width``, ``lo``, ``counts``) and finite
     ``low`` and ``high`` so far are known: (zeros, new min, new max), the counts added; or None, nothing
-    changed, when a value is not finite or falls outside the window (the caller then regrids first). One pass
-    over the data instead of four; float32 only (None otherwise), as onnxruntime's activations are."""
+    changed, when a value is not finite or falls outside the window (the caller then regrids first). The kernel
+    counts (zeros apart) and NumPy takes the min and max, while the chunk is in the cache; float32 only (None
+    otherwise), as onnxruntime's activations are."""
     inverse = 1.0 / width
     if not kernels_enabled() or flat.dtype != np.float32 or not math.isfinite(inverse) or flat.size >= 2**31:
         return None
-    ok, zeros, new_low, new_high = _numba().observe_in_window32(np.ascontiguousarray(flat), inverse, int(lo), counts,
-                                                                float(low), float(high))
-    return (int(zeros), float(new_low) + 0.0, float(new_high) + 0.0) if ok else None
+    x = np.ascontiguousarray(flat)
+    ok, zeros = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
+    if not ok:
+        return None
+    return int(zeros), min(low, float(x.min())) + 0.0, max(high, float(x.max())) + 0.0
 
 
 def add_bins_reference(flat: np.ndarray, width: float, lo: int, counts: np.ndarray) -> None:
