@@ -18,50 +18,17 @@ from numba import njit  # noqa: E402
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
-_CHUNK = 4096  # indices computed at once (vectorized), then counted
-
-
-@njit(**_JIT)
-def add_bins_finite32(x, inverse, lo, counts):
-    """`add_bins` for float32 values that are all finite: x * inverse is exact in float64 (float32 values have 24
-    bits, inverse is a power of two: no rounding, no underflow), so floor needs no -0.0 fix. The indices of a
-    chunk are computed first (16 lanes at a time), then counted into 4 interleaved histograms, so that values
-    landing in the same bin (a ReLU's) do not wait for each other's increment. Bins 0 and size + 1 of the
-    histograms catch values outside the window. Returns how many fell outside (they are not counted)."""
-    size = counts.size
-    stride = size + 2
-    top = np.float64(size + 1)
-    shift = np.float64(lo - 1)
-    sub = np.zeros(4 * stride, np.int32)  # half the cache of int64; the caller passes < 2**31 values
-    index = np.empty(_CHUNK, np.int32)
-    n = x.size
-    for start in range(0, n, _CHUNK):
-        m = min(_CHUNK, n - start)
-        for i in range(m):
-            q = math.floor(np.float64(x[start + i]) * inverse) - shift
-            q = q if q > 0.0 else 0.0
-            q = q if q < top else top
-            index[i] = q
-        m4 = m - m % 4
-        for i in range(0, m4, 4):
-            for j in range(4):
-                sub[j * stride + index[i + j]] += 1
-        for i in range(m4, m):
-            sub[index[i]] += 1
-    outside = np.int64(0)
-    for j in range(4):
-        outside += sub[j * stride] + sub[j * stride + size + 1]
-    if outside == 0:
-        for k in range(size):
-            counts[k] += sub[k + 1] + sub[stride + k + 1] + sub[2 * stride + k + 1] + sub[3 * stride + k + 1]
-    return outside
+_CHUNK = 4096  # slots computed at once (vectorized), then counted
 
 
 @njit(**_JIT)
 def add_bins_in_window32(x, inverse, lo, counts):
-    """`add_bins_finite32` for float32 values that are expected finite and inside the window, with exact zeros
-    counted in a slot of their own (then added to the bin of 0). A value outside the window, NaN or infinite
-    (they land in the guard slots) makes it give up without counting anything. Returns (ok, zeros). (The min and
+    """`add_bins` for float32 values expected finite and inside the window: x * inverse is exact in float64
+    (float32 values have 24 bits, inverse is a power of two: no rounding, no underflow), so floor needs no -0.0
+    fix. The slots of a chunk are computed first (16 lanes at a time), then counted into 4 interleaved
+    histograms, so that values landing in the same bin (a ReLU's) do not wait for each other's increment; exact
+    zeros get a slot of their own (then added to the bin of 0), and two guard slots catch values outside the
+    window, NaN and infinities. If any landed there, nothing is counted. Returns (outside, zeros). (The min and
     max are NumPy's business: its SIMD reductions cost less than comparing here, where a ReLU6's many values at
     its max would make every comparison a branch to mispredict.)"""
     size = counts.size
@@ -69,7 +36,7 @@ def add_bins_in_window32(x, inverse, lo, counts):
     top = np.float64(size + 1)
     shift = np.float64(lo - 1)
     zero_slot = np.float64(size + 2)
-    sub = np.zeros(4 * stride, np.int32)
+    sub = np.zeros(4 * stride, np.int32)  # half the cache of int64; the caller passes < 2**31 values
     index = np.empty(_CHUNK, np.int32)
     n = x.size
     for start in range(0, n, _CHUNK):
@@ -92,11 +59,11 @@ def add_bins_in_window32(x, inverse, lo, counts):
         outside += sub[j * stride] + sub[j * stride + size + 1]
         zeros += sub[j * stride + size + 2]
     if outside:
-        return False, zeros
+        return outside, zeros
     for k in range(size):
         counts[k] += sub[k + 1] + sub[stride + k + 1] + sub[2 * stride + k + 1] + sub[3 * stride + k + 1]
     counts[-lo] += zeros
-    return True, zeros
+    return outside, zeros
 
 
 @njit(**_JIT)

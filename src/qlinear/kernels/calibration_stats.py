@@ -89,7 +89,7 @@ def add_bins(flat: np.ndarray, width: float, lo: int, counts: np.ndarray, all_fi
         return
     inverse = 1.0 / width  # a power of two too, unless it overflows (width subnormal): then divide
     if all_finite and x.dtype == np.float32 and math.isfinite(inverse) and x.size < 2**31:
-        outside = _numba().add_bins_finite32(x, inverse, int(lo), counts)
+        outside, _ = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
     else:
         outside = _numba().add_bins(x, float(width), inverse if math.isfinite(inverse) else 0.0, int(lo), counts)
     if outside:
@@ -107,8 +107,8 @@ def observe_in_window(flat: np.ndarray, width: float, lo: int, counts: np.ndarra
     if not kernels_enabled() or flat.dtype != np.float32 or not math.isfinite(inverse) or flat.size >= 2**31:
         return None
     x = np.ascontiguousarray(flat)
-    ok, zeros = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
-    if not ok:
+    outside, zeros = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
+    if outside:
         return None
     return int(zeros), min(low, float(x.min())) + 0.0, max(high, float(x.max())) + 0.0
 
