@@ -1,5 +1,5 @@
-"""Calibrate activations: run the float model over the user's sample inputs once, with the chosen
-intermediate tensors exposed as outputs, and feed each sample's values to a streaming `observers.Observer`
+"""Calibrate activations: run the float model over the user's sample inputs once (in consecutive segments
+when its activations are large, `Segments`), with the chosen intermediate tensors exposed as outputs, and feed each sample's values to a streaming `observers.Observer`
 per tensor, so that peak memory is one sample's activations whatever the number of samples. The same
 machinery runs the float and the quantized model side by side for the report's per-layer SQNR.
 
@@ -75,7 +75,7 @@ class CalibrationData:
             reader.close()
 
 
-GROUP_BYTES = 512 << 20  # of exposed activations per run: what one sample holds at once, per model
+GROUP_BYTES = 512 << 20  # of exposed activations per segment: what one sample holds at once, per model
 
 
 def sizes(model, names: list[str], feeds: dict) -> dict[str, int]:
@@ -108,10 +108,8 @@ def sizes(model, names: list[str], feeds: dict) -> dict[str, int]:
 
 
 def groups(model, names: list[str], feeds: dict, budget: int = GROUP_BYTES) -> list[list[str]]:
-    """``names`` cut into groups whose activations, for inputs shaped like ``feeds``, hold at most ``budget``
-    bytes (`sizes`; when no tensor can be sized, each runs alone). Each group is a run of the model per sample:
-    a model whose activations of one sample take 1 GB (the OCR detector at 736x928) runs 3 times per sample
-    instead of holding them all at once."""
+    """``names`` cut, in the order given, into groups whose activations, for inputs shaped like ``feeds``, hold
+    at most ``budget`` bytes (`sizes`; when no tensor can be sized, each is a group alone)."""
     held_by = sizes(model, names, feeds)
     cut, current, held = [], [], 0
     for name in names:
@@ -126,34 +124,119 @@ def groups(model, names: list[str], feeds: dict, budget: int = GROUP_BYTES) -> l
     return cut
 
 
-def exposed(model, names: list[str]):
-    """A copy of ``model`` whose outputs are ``names`` (float tensors of its main graph), without the nodes
-    none of them needs: onnxruntime runs every node of a graph whatever outputs a run asks for, so a group of
-    early activations would otherwise pay for the whole model (the OCR detector's first of three groups of a
-    page: a third of the work). The graph inputs stay, so that every sample's feeds still fit."""
-    import onnx
-    from onnx import helper
+class Segments:
+    """Run a model's main graph in consecutive segments, each exposing the tensors of ``names`` its nodes
+    produce, at most ``budget`` bytes of them per sample (`groups`), and handing the tensors later segments
+    read (skip connections, shapes) on to them: every node runs once per sample, and only the nodes some
+    tensor of ``names`` needs (onnxruntime runs every node of a graph whatever outputs a run asks for).
+    A model whose activations of one sample take 1.3 GB (the OCR detector at 736x928) runs in 3 segments
+    instead of holding them all at once, for the cost of one run.
 
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    graph = copy.graph
-    needed = set(names)
-    kept = []
-    for node in reversed(graph.node):
-        if any(output in needed for output in node.output):
-            kept.append(node)
-            needed.update(name for name in node.input if name)
-            needed.update(_names_read_inside(node))
-    kept.reverse()
-    del graph.node[:]
-    graph.node.extend(kept)
-    value_info = [v for v in graph.value_info if v.name in needed]
-    del graph.value_info[:]
-    graph.value_info.extend(value_info)
-    del graph.output[:]
-    for name in names:
-        graph.output.append(helper.make_tensor_value_info(name, _FLOAT, None))
-    return copy
+    ``run(feeds)`` yields each segment's ``{name: array}``. The sessions are made on the first call, a
+    segment at a time: a segment's inputs are typed after the arrays the one before it produced."""
+
+    def __init__(self, model, names: list[str], feeds: dict, budget: int = GROUP_BYTES, cut=None):
+        from onnx import ModelProto
+
+        graph = model.graph
+        stored = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+        self.inputs = {v.name: v for v in graph.input if v.name not in stored}
+        self.stored = {t.name: t for t in graph.initializer}
+        self.skeleton = ModelProto(ir_version=model.ir_version, producer_name="qlinear", domain=model.domain)
+        self.skeleton.opset_import.extend(model.opset_import)
+        self.skeleton.functions.extend(model.functions)
+        self.graph_name = graph.name or "segment"
+        needed, kept = set(names), []
+        for node in reversed(graph.node):
+            if any(output in needed for output in node.output):
+                kept.append(node)
+                needed.update(name for name in node.input if name)
+                needed.update(_names_read_inside(node))
+        kept.reverse()
+        order = {output: index for index, node in enumerate(kept) for output in node.output if output}
+        # Graph inputs among ``names`` come straight from the feeds, before the first segment.
+        self.fed = [name for name in names if name not in order]
+        produced = sorted((name for name in names if name in order), key=order.__getitem__)
+        #: the groups of names whose last one ends a segment (another model's `Segments` can take them, so
+        #: that the float and the quantized model expose the same tensors in step)
+        self.cut = groups(model, produced, feeds, budget) if cut is None else [[n for n in g if n in order] for g in cut]
+        self.segments = []  # (nodes, exposed names)
+        start = 0
+        for group in self.cut:
+            if not group:
+                continue
+            end = max(order[name] for name in group) + 1
+            if end <= start:
+                continue
+            self.segments.append((kept[start:end], [name for name in produced if start <= order[name] < end]))
+            start = end
+        if start < len(kept):
+            self.segments.append((kept[start:], [name for name in produced if order[name] >= start]))
+        # What each segment reads from outside itself, and what must be carried past it.
+        made = [{o for node in nodes for o in node.output if o} for nodes, _ in self.segments]
+        self.reads = []
+        for (nodes, _), own in zip(self.segments, made):
+            read = set()
+            for node in nodes:
+                read.update(name for name in node.input if name)
+                read.update(_names_read_inside(node))
+            self.reads.append(read - own)
+        self.later = [set().union(*self.reads[k + 1:]) for k in range(len(self.segments))]
+        self.carried = [sorted(own & later) for own, later in zip(made, self.later)]
+        self.runs = None
+
+    def _segment_model(self, k: int, held: dict):
+        import onnx
+        from onnx import helper
+
+        nodes, exposed_names = self.segments[k]
+        graph = onnx.GraphProto()
+        graph.name = self.graph_name
+        graph.node.extend(nodes)
+        reads = self.reads[k]
+        graph.initializer.extend(self.stored[name] for name in sorted(reads) if name in self.stored)
+        feed_names = []
+        for name in sorted(reads):
+            if name in self.stored:
+                continue
+            if name in self.inputs:
+                graph.input.append(self.inputs[name])
+            elif name in held:
+                value = np.asarray(held[name])
+                graph.input.append(helper.make_tensor_value_info(
+                    name, helper.np_dtype_to_tensor_dtype(value.dtype), [None] * value.ndim))
+            else:
+                continue  # an outer-scope name of a subgraph that the subgraph itself makes
+            feed_names.append(name)
+        outputs = list(dict.fromkeys(exposed_names + self.carried[k]))
+        for name in outputs:
+            info = onnx.ValueInfoProto()  # untyped: onnxruntime and qlinear take the type the node gives
+            info.name = name
+            graph.output.append(info)
+        segment = onnx.ModelProto()
+        segment.CopyFrom(self.skeleton)
+        segment.graph.CopyFrom(graph)
+        return segment, feed_names, outputs
+
+    def __call__(self, feeds: dict):
+        if self.fed:
+            yield {name: feeds[name] for name in self.fed}
+        held = dict(feeds)
+        build = self.runs is None
+        if build:
+            self.runs = []
+        for k, (_, exposed_names) in enumerate(self.segments):
+            if build:
+                segment, feed_names, outputs = self._segment_model(k, held)
+                self.runs.append((_runner(segment, outputs), feed_names))
+            run, feed_names = self.runs[k]
+            values = run({name: held[name] for name in feed_names})
+            held.update((name, values[name]) for name in self.carried[k])
+            # Popped, not copied: while the caller holds a segment's tensors, nothing here holds them too.
+            yield {name: values.pop(name) for name in exposed_names}
+            del values
+            for name in [n for n in held if n not in self.later[k]]:
+                del held[name]
 
 
 def _names_read_inside(node) -> set[str]:
@@ -189,14 +272,14 @@ def _session(model, names: list[str]):
 
 
 def collect(model, names: list[str], data: CalibrationData, progress=None, max_bins: int = 2048) -> dict[str, Observer]:
-    """An observer per tensor of ``names``, fed every sample of ``data``. ``model``: a ModelProto (or a
-    function that makes the model with some names exposed, for a model with external data)."""
-    runs = [_runner(_exposing(model, group), group) for group in groups(_proto(model), names, first(data))]
+    """An observer per tensor of ``names`` (of ``model``, a ModelProto), fed every sample of ``data``."""
+    run = Segments(model, names, first(data))
     observers = {name: Observer(max_bins=max_bins) for name in names}
     with _Updater(observers) as update:
         for feeds in data:
-            for run in runs:
-                update(run(feeds))
+            for values in run(feeds):
+                update(values)
+                del values  # before the next segment runs: one segment's tensors at a time
             if progress is not None:
                 progress(1)
     return observers
@@ -273,15 +356,6 @@ def first(data: CalibrationData) -> dict:
     return next(iter(data))
 
 
-def _proto(model):
-    return model(None) if callable(model) else model
-
-
-def _exposing(model, names):
-    """The model (a ModelProto, or what the maker gives) with ``names`` exposed."""
-    return model(names) if callable(model) else exposed(model, names)
-
-
 def _runner(model, names):
     try:
         return _session(model, names)
@@ -306,20 +380,26 @@ class Agreement:
 
 def compare(float_model, quantized_model, names: list[str], data: CalibrationData, limit: int | None = None,
             progress=None) -> dict[str, Agreement]:
-    """Run both models (``names`` exposed in turn, a group at a time) on the samples of ``data`` (the first
-    ``limit``) and sum each tensor's squared values and squared differences."""
-    cut = groups(_proto(float_model), names, first(data))
-    pairs = [(_runner(_exposing(float_model, group), group), _runner(_exposing(quantized_model, group), group))
-             for group in cut]
+    """Run both models (`Segments` exposing the same groups of ``names`` in step) on the samples of ``data``
+    (the first ``limit``) and sum each tensor's squared values and squared differences."""
+    feeds = first(data)
+    float_run = Segments(float_model, names, feeds)
+    quantized_run = Segments(quantized_model, names, feeds, cut=float_run.cut)
     agreements = {name: Agreement() for name in names}
     for count, feeds in enumerate(data):
         if limit is not None and count >= limit:
             break
-        for first_run, second_run in pairs:
-            a = first_run(feeds)
-            b = second_run(feeds)
-            for name in a:
-                x, y = np.asarray(a[name]), np.asarray(b[name])
+        waiting = ({}, {})  # the tensors one model gave before the other (where their segments differ)
+        runs = (float_run(feeds), quantized_run(feeds))
+        while True:
+            # Not zip(): it holds the last pair of segments while it fetches the next one.
+            a, b = next(runs[0], None), next(runs[1], None)
+            if a is None and b is None:
+                break
+            waiting[0].update(a or {})
+            waiting[1].update(b or {})
+            for name in [n for n in waiting[0] if n in waiting[1]]:
+                x, y = np.asarray(waiting[0].pop(name)), np.asarray(waiting[1].pop(name))
                 if x.shape != y.shape:
                     raise UserError(f"tensor {name!r} has shape {x.shape} in the float model and {y.shape} quantized")
                 signal, noise, worst = calibration_stats.agreement(x, y)
@@ -328,6 +408,9 @@ def compare(float_model, quantized_model, names: list[str], data: CalibrationDat
                 agreement.noise += noise
                 agreement.max_abs_error = max(agreement.max_abs_error, worst)
             del a, b
+        unmatched = sorted(set(waiting[0]) ^ set(waiting[1]))
+        if unmatched:
+            raise UserError(f"tensor {unmatched[0]!r} is in only one of the float and the quantized model")
         if progress is not None:
             progress(1)
     return agreements

@@ -149,7 +149,7 @@ def report_count(float_ref, plan_: Plan, static: StaticSettings, output_names: l
     if static.report_samples is not None:
         return min(static.report_samples, plan_.data.samples)
     names = [a.name for a in plan_.activations if a.producer] + output_names
-    held = activation_calibration.sizes(activation_calibration._proto(float_ref), names,
+    held = activation_calibration.sizes(float_ref, names,
                                         activation_calibration.first(plan_.data))
     per_sample = sum(size for size in held.values() if size is not None)
     fits = REPORT_BYTES // per_sample if per_sample else REPORT_SAMPLES
