@@ -1,6 +1,7 @@
-"""Calibrate activations: run the float model over the user's sample inputs once (in consecutive segments
-when its activations are large, `Segments`), with the chosen intermediate tensors exposed as outputs, and feed each sample's values to a streaming `observers.Observer`
-per tensor, so that peak memory is one sample's activations whatever the number of samples. The same
+"""Calibrate activations: run the float model over the user's sample inputs once (in consecutive
+segments when its activations are large: `Segments`), with the chosen intermediate tensors exposed as
+outputs, and feed each sample's values to a streaming `observers.Observer` per tensor, so that peak memory
+is one sample's activations whatever the number of samples. The same
 machinery runs the float and the quantized model side by side for the report's per-layer SQNR.
 
 Calibration data: ``.npz`` files (or folders of them) holding one array per model input, named after the
