@@ -28,6 +28,7 @@ import numpy as np
 
 from qlinear.kernels import _fallback
 from qlinear.kernels import integer_gemm as ig
+from qlinear.kernels import weight_packing
 
 if ig.HAVE_NUMBA:
     from numba import njit, prange
@@ -66,7 +67,9 @@ class PackedConv:
         w2 = self.w.reshape(self.out_channels, self.group_channels * self.taps)
         self._w2 = w2
         self._groups = None
-        self.abs_colsum = np.abs(w2.astype(np.int64) - zp64.reshape(-1, 1)).sum(axis=1)  # sum_k |w - zw| per channel
+        # sum_k |w - zw| and sum_k ws per output channel, one pass; each group's PackedWeights takes its rows
+        self._stats = weight_packing.stats(w2, zp64, "rows")
+        self.abs_colsum = self._stats[0]
         self.abs_colsum_max = int(self.abs_colsum.max(initial=0))
         self.depthwise = self.group_channels == 1 and self.group > 1
         self.zero_bias = np.zeros(self.out_channels, np.int32)
@@ -83,9 +86,10 @@ class PackedConv:
         depthwise kernels never need them (a 960-channel depthwise layer's 960 of them took 33 ms)."""
         if self._groups is None:
             m_g = self.out_channels // self.group
-            self._groups = [ig.PackedWeights(self._w2[g * m_g:(g + 1) * m_g].T,
-                                             self.w_zero_point[g * m_g:(g + 1) * m_g], "rows")
-                            for g in range(self.group)]
+            rows = [slice(g * m_g, (g + 1) * m_g) for g in range(self.group)]
+            self._groups = [ig.PackedWeights(self._w2[r], self.w_zero_point[r], "rows",
+                                             stats=(self._stats[0][r], self._stats[1][r]))
+                            for r in rows]
         return self._groups
 
     def centered_taps_first(self):

@@ -53,7 +53,7 @@ import threading
 
 import numpy as np
 
-from qlinear.kernels import _fallback, threads
+from qlinear.kernels import _fallback, threads, weight_packing
 
 try:  # numba is a dependency, but the BLAS path must keep working without it.
     from qlinear.kernels import ensure_fresh_numba_cache
@@ -696,17 +696,18 @@ class Requant:
 
 # ----------------------------------------------------------------------------------------------- packed weights
 class PackedWeights:
-    """Weights (K, N) with per-column zero points, packed lazily per path and orientation.
+    """Weights with per-column zero points, packed lazily per path (`weight_packing`).
 
-    ``orientation`` "cols": weights are the vector side Q (GEMM); "rows": the broadcast side P (convolution,
-    where the N weight columns become the rows of C).
+    ``orientation`` "cols": ``w`` is (K, N), the vector side Q (GEMM); "rows": ``w`` is (N, K), one row per
+    output column, the broadcast side P (convolution, where the N weight columns become the rows of C).
+    ``stats``: the columns' (sum |w - zw|, sum ws) when the caller has them already.
     """
 
-    def __init__(self, w2d: np.ndarray, w_zero_point, orientation: str = "cols"):
+    def __init__(self, w2d: np.ndarray, w_zero_point, orientation: str = "cols", stats=None):
         w2d = np.asarray(w2d)
         if w2d.ndim != 2 or w2d.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
             raise ValueError(f"pack_weights: w2d must be a 2-D int8/uint8 array, got {w2d.dtype} {w2d.shape}")
-        k, n = w2d.shape
+        n, k = w2d.shape if orientation == "rows" else w2d.shape[::-1]
         zp = np.asarray(w_zero_point)
         if zp.size not in (1, n):
             raise ValueError(f"pack_weights: w_zero_point must be a scalar or have {n} elements (one per column), got shape {zp.shape}")
@@ -718,17 +719,12 @@ class PackedWeights:
         self.orientation = orientation
         self.w = np.ascontiguousarray(w2d)
         self.w_zero_point = zp
-        # signed view of the weights: ws = w ^ 0x80 for uint8 (== w - 128), zero point shifted alike
-        if w2d.dtype == np.uint8:
-            self.ws = (self.w ^ np.uint8(0x80)).view(np.int8)
-            self.zws = zp - 128
-        else:
-            self.ws = self.w
-            self.zws = zp
-        centred = self.ws.astype(np.int64) - self.zws[None, :]
-        self.abs_colsum = np.abs(centred).sum(axis=0) if k else np.zeros(n, np.int64)  # sum_k |w - zw|, int64
+        # the signed view: ws = w ^ 0x80 for uint8 (== w - 128), zero point shifted alike
+        self.zws = zp - 128 if w2d.dtype == np.uint8 else zp
+        if stats is None:
+            stats = weight_packing.stats(self.w, zp, orientation)
+        self.abs_colsum, self.colsum = stats  # sum_k |w - zw| and sum_k ws per column, int64
         self.abs_colsum_max = int(self.abs_colsum.max(initial=0))
-        self.colsum = self.ws.astype(np.int64).sum(axis=0)  # sum_k ws
         self.any_zw = bool(np.any(self.zws != 0))
         self._packed: dict = {}
         self.epilogue_terms: dict = {}  # see gemm
@@ -737,23 +733,11 @@ class PackedWeights:
         """(packed int32 groups, ksteps) for ``path`` in this orientation."""
         got = self._packed.get(path)
         if got is None:
-            got = self._pack(path)
+            _op, mr, nv, lanes, g, _f = PATHS[path]
+            tile = mr if self.orientation == "rows" else nv * lanes
+            got = weight_packing.pack(self.w, self.orientation, g, tile)
             self._packed[path] = got
         return got
-
-    def _pack(self, path: str):
-        _op, mr, nv, lanes, g, _f = PATHS[path]
-        k, n = self.k, self.n
-        ks = -(-k // g) if k else 0
-        tile = mr if self.orientation == "rows" else nv * lanes
-        npan = -(-n // tile)
-        dt = np.int8 if g == 4 else np.int16
-        wpad = np.zeros((ks * g, npan * tile), dt)
-        wpad[:k, :n] = self.ws
-        # [panel][kstep][tile][g]: group g consecutive k values of one column into one int32
-        arr = wpad.reshape(ks, g, npan, tile).transpose(2, 0, 3, 1)
-        arr = np.ascontiguousarray(arr).view(np.int32).reshape(-1)
-        return arr, ks
 
     def rterm_coef(self, zx: int, k: int) -> np.ndarray:
         """int64 ``-zx * sum_k ws + K * zx * zw`` per column: the zero-point terms that do not depend on x."""
