@@ -111,3 +111,13 @@ def test_unknown_chunk_sizes_are_refused():
         qlinear.quantize_linear(x, np.ones(5, np.float32), axis=0, block_size=2)
     with pytest.raises(ValueError, match="unknown chunk sizes along the blocked axis"):
         qlinear.dask_adapter.block_aligned_chunks((5, float("nan")), 2, "quantize_linear")
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: qlinear.quantize_linear(x, np.float32(0.5), np.uint8(0), out=np.empty((6, 4), np.uint8)),
+    lambda x: qlinear.dequantize_linear(x.astype(np.uint8), np.float32(0.5), out=np.empty((6, 4), np.float32)),
+])
+def test_out_is_refused_for_dask_input(call):
+    x = da.from_array(np.ones((6, 4), np.float32), chunks=3)
+    with pytest.raises(TypeError, match=r"_linear: out= is for NumPy arrays; x is a dask array"):
+        call(x)

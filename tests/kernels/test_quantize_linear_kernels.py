@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
@@ -468,3 +469,128 @@ def test_dequantize_nan_zero_point_keeps_x_nan(granularity):
     _assert_identical(fast, slow)
     nan_x = np.isnan(codes.astype(np.float32))
     np.testing.assert_array_equal(np.signbit(fast[nan_x]), np.signbit(codes.astype(np.float32)[nan_x]))
+
+
+# ----------------------------------------------------------------------------------------------- out=
+# x of shape (6, 70): per-tensor; per-axis along axis 0 (not the last, so rows take one scale each); blocked along
+# the last axis in blocks of 32 (a short last block of 6).
+OUT_GRANULARITIES = {"tensor": ((), 1, 0), "axis": ((6,), 0, 0), "block": ((6, 3), 1, 32)}
+OUT_QUANTIZED = ["uint8", "int8", "int16", "int4", "float8e4m3fn"]
+OUT_FLOATS = [np.float32, np.float16, ml_dtypes.bfloat16]
+_GARBAGE = 0xA5  # what out holds before the call: an element the call does not write is caught
+
+
+def _out_arrays(shape, dtype):
+    """[(layout, out, untouched)]: a C-contiguous out, and a strided one (every other column of a wider array)
+    whose neighbours, ``untouched``, must keep their bytes."""
+    contiguous = np.empty(shape, dtype)
+    contiguous.view(np.uint8).fill(_GARBAGE)
+    wide = np.empty(shape[:-1] + (2 * shape[-1],), dtype)
+    wide.view(np.uint8).fill(_GARBAGE)
+    return [("C", contiguous, None), ("strided", wide[..., ::2], wide[..., 1::2])]
+
+
+def _check_out(fn, kernels_on: bool, expected_dtype, *args, **kwargs):
+    """``fn(..., out=out)`` returns out itself, holding the bits of ``fn(...)``, for each layout of out; with the
+    kernels on, the reference is patched to fail (the kernel wrote the result) and the parallel path runs."""
+    with pytest.MonkeyPatch.context() as m:
+        if kernels_on:
+            m.setattr(ops.reference, "quantize_linear", _fail)
+            m.setattr(ops.reference, "dequantize_linear", _fail)
+            m.setattr(threads, "SERIAL_BELOW", 0)
+        with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
+            expected = fn(*args, **kwargs)
+            assert expected.dtype == np.dtype(expected_dtype)
+            for layout, out, untouched in _out_arrays(expected.shape, expected.dtype):
+                result = fn(*args, **kwargs, out=out)
+                assert result is out, layout
+                _assert_identical(np.ascontiguousarray(out), expected)
+                if untouched is not None:
+                    assert (np.ascontiguousarray(untouched).view(np.uint8) == _GARBAGE).all(), layout
+
+
+@pytest.mark.parametrize("kernels_on", [True, False], ids=["kernels", "reference"])
+@pytest.mark.parametrize("output", OUT_QUANTIZED)
+@pytest.mark.parametrize("granularity", list(OUT_GRANULARITIES))
+def test_quantize_out_equals_the_result_without_out(granularity, output, kernels_on):
+    rng = np.random.default_rng(21)
+    pshape, axis, block = OUT_GRANULARITIES[granularity]
+    t = dtypes.get(output)
+    x = _x_values(rng, (6, 70), np.float32)  # NaN, infinities, ties, huge and tiny values
+    scale = _params(rng, pshape, np.float32)
+    _check_out(qlinear.quantize_linear, kernels_on, t.dtype, x, scale, _zero_point(rng, pshape, t), axis=axis,
+               block_size=block)
+    _check_out(qlinear.quantize_linear, kernels_on, t.dtype, x, scale, axis=axis, block_size=block, output_dtype=output)
+
+
+@pytest.mark.parametrize("kernels_on", [True, False], ids=["kernels", "reference"])
+@pytest.mark.parametrize("output", OUT_FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("x_type", OUT_QUANTIZED)
+@pytest.mark.parametrize("granularity", list(OUT_GRANULARITIES))
+def test_dequantize_out_equals_the_result_without_out(granularity, x_type, output, kernels_on):
+    rng = np.random.default_rng(22)
+    pshape, axis, block = OUT_GRANULARITIES[granularity]
+    t = dtypes.get(x_type)
+    if t.is_integer:
+        x = rng.integers(t.qmin, t.qmax, (6, 70), endpoint=True).astype(t.dtype)
+    else:  # every byte, NaN codes included
+        x = rng.integers(0, 256, (6, 70), dtype=np.uint8).view(t.dtype)
+    scale = _params(rng, pshape, np.float32)
+    _check_out(qlinear.dequantize_linear, kernels_on, output, x, scale, _zero_point(rng, pshape, t), axis=axis,
+               block_size=block, output_dtype=np.dtype(output))
+
+
+@pytest.mark.parametrize("kernels_on", [True, False], ids=["kernels", "reference"])
+def test_out_of_any_layout_scalar_or_empty(kernels_on):
+    """A Fortran-ordered, an unaligned and a subclass out; a 0-d and an empty result."""
+    x = _x_values(np.random.default_rng(23), (5, 8), np.float32)
+    q = qlinear.quantize_linear(x, np.float32(0.25), np.uint8(100))
+    with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
+        expected = qlinear.dequantize_linear(q, np.float32(0.25), np.uint8(100))
+        fortran = np.empty((5, 8), np.float32, order="F")
+        unaligned = np.frombuffer(bytearray(4 * 40 + 1), np.uint8)[1:].view(np.float32).reshape(5, 8)
+        assert not unaligned.flags.aligned
+        subclass = np.empty((5, 8), np.float32).view(type("Sub", (np.ndarray,), {}))
+        for out in (fortran, unaligned, subclass):
+            assert qlinear.dequantize_linear(q, np.float32(0.25), np.uint8(100), out=out) is out
+            _assert_identical(np.ascontiguousarray(out), expected)
+        out = np.empty((), np.int8)
+        assert qlinear.quantize_linear(np.float32(3.0), np.float32(0.5), np.int8(1), out=out) is out
+        assert out == 7
+        out = np.empty((3, 0), np.uint8)
+        assert qlinear.quantize_linear(np.zeros((3, 0), np.float32), np.float32(1), out=out) is out
+
+
+@pytest.mark.parametrize("case", ["quantize uint8", "quantize int8 blocked", "dequantize float32"])
+def test_kernel_writes_into_out_without_a_result_sized_allocation(case):
+    """With out=, the kernel's only allocations are its per-call constants (NumPy reports its allocations to
+    tracemalloc): a copy of the result, or a temporary of its size, would show in the peak."""
+    rng = np.random.default_rng(24)
+    n = 1 << 22
+    if case == "quantize uint8":
+        x = rng.standard_normal(n, np.float32).reshape(4096, 1024)
+        args, kwargs, out = (x, np.float32(0.02), np.uint8(128)), {}, np.empty(x.shape, np.uint8)
+        fn, budget = qlinear.quantize_linear, n // 64
+    elif case == "quantize int8 blocked":  # the converted zero points are a float32 per block: 128 KB here
+        x = rng.standard_normal(n, np.float32).reshape(4096, 1024)
+        pshape = (4096, 1024 // 128)
+        args = (x, (0.01 + rng.random(pshape)).astype(np.float32), rng.integers(-8, 8, pshape).astype(np.int8))
+        kwargs, out = dict(axis=1, block_size=128), np.empty(x.shape, np.int8)
+        fn, budget = qlinear.quantize_linear, n // 8
+    else:
+        q = rng.integers(0, 256, n, dtype=np.uint8).reshape(4096, 1024)
+        args, kwargs, out = (q, np.float32(0.02), np.uint8(128)), {}, np.empty(q.shape, np.float32)
+        fn, budget = qlinear.dequantize_linear, n // 64
+    with pytest.MonkeyPatch.context() as m, kernels.use_kernels(True):
+        m.setattr(ops.reference, "quantize_linear", _fail)
+        m.setattr(ops.reference, "dequantize_linear", _fail)
+        expected = fn(*args, **kwargs)  # also compiles and fills the caches
+        tracemalloc.start()
+        try:
+            result = fn(*args, **kwargs, out=out)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result is out
+    _assert_identical(out, expected)
+    assert peak < budget, f"{peak} bytes allocated during the call with out= (out holds {out.nbytes})"

@@ -108,3 +108,61 @@ def test_blocked_with_axis_out_of_range():
 def test_packing_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# out=: every rule, for both operators
+_X_VIEW_OUT = np.zeros(24, F32)  # x, and an out of uint8 that is a view of its bytes
+_SHARED = np.zeros(9, F32)  # a dequantize out and a per-axis scale sharing one element
+_SHARED_U8 = np.zeros(24, np.uint8)  # a quantize out and a per-axis zero point in the same memory
+U8 = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+
+
+def _read_only(shape, dtype):
+    a = np.empty(shape, dtype)
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: q(X, F32(1), out=[0] * 24), TypeError, r"quantize_linear: out must be a numpy.ndarray, got list"),
+    (lambda: q(X, F32(1), out=np.uint8(0)), TypeError, r"out must be a numpy.ndarray, got uint8"),
+    (lambda: q(X, F32(1), out=np.empty(24, np.uint8)), ValueError,
+     r"quantize_linear: out must have the result's shape \(2, 3, 4\), got shape \(24,\)"),
+    (lambda: q(X, F32(1), out=np.empty((2, 3, 4), np.int8)), TypeError,
+     r"quantize_linear: out must have the result's dtype uint8, got dtype int8 \(the output type is y_zero_point's "
+     r"dtype, else output_dtype, else uint8\)"),
+    (lambda: q(X, F32(1), output_dtype="int4", out=np.empty((2, 3, 4), np.int8)), TypeError,
+     r"out must have the result's dtype int4, got dtype int8"),
+    (lambda: q(X, F32(1), output_dtype="float8e4m3fn", out=np.empty((2, 3, 4), ml_dtypes.float8_e5m2)), TypeError,
+     r"out must have the result's dtype float8_e4m3fn, got dtype float8_e5m2"),
+    (lambda: q(X, F32(1), out=_read_only((2, 3, 4), np.uint8)), ValueError,
+     r"quantize_linear: out must be writeable, got a read-only array"),
+    (lambda: q(_X_VIEW_OUT, F32(1), out=_X_VIEW_OUT.view(np.uint8)[::4]), ValueError,
+     r"quantize_linear: out must not share memory with x"),
+    (lambda: q(X, np.ones(3, F32), _SHARED_U8[:3], out=_SHARED_U8.reshape(2, 3, 4)), ValueError,
+     r"quantize_linear: out must not share memory with y_zero_point"),
+    (lambda: dq(U8, F32(1), out=np.empty((2, 3, 4), np.float16)), TypeError,
+     r"dequantize_linear: out must have the result's dtype float32, got dtype float16 \(the output type is "
+     r"output_dtype, else x_scale's type\)"),
+    (lambda: dq(U8, F32(1), out=np.empty((2, 3), np.float32)), ValueError,
+     r"dequantize_linear: out must have the result's shape \(2, 3, 4\), got shape \(2, 3\)"),
+    (lambda: dq(U8, F32(1), out=_read_only((2, 3, 4), np.float32)), ValueError, r"out must be writeable"),
+    (lambda: dq(U8, F32(1), out=(1, 2)), TypeError, r"dequantize_linear: out must be a numpy.ndarray, got tuple"),
+    (lambda: dq(np.zeros(5, np.uint8), _SHARED[:5], axis=0, out=_SHARED[4:]), ValueError,
+     r"dequantize_linear: out must not share memory with x_scale"),
+    (lambda: dq(_SHARED.view(np.uint8)[:4], F32(1), out=_SHARED[:4]), ValueError,
+     r"dequantize_linear: out must not share memory with x"),
+])
+def test_out_is_checked(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_out_beside_x_in_one_buffer_is_allowed():
+    """Only memory both arrays touch counts: interleaved elements of one buffer do not overlap."""
+    buffer = np.arange(24, dtype=F32)
+    x, out = buffer[::2], buffer.view(np.int16)[2::4]  # out: the first half of each odd float32
+    expected = q(x.copy(), F32(0.5), output_dtype="int16")
+    assert q(x, F32(0.5), output_dtype="int16", out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(x, np.arange(0, 24, 2, dtype=F32))

@@ -3,10 +3,14 @@
 Internal API, called by `qlinear.ops.quantize_linear` with validated arguments (the same ones the
 NumPy reference in `qlinear.reference.quantize_linear` takes):
 
-``quantize_linear(x, y_scale, y_zero_point, granularity, output, saturate, precision)``
-``dequantize_linear(x, x_type, x_scale, x_zero_point, granularity, output)``
+``quantize_linear(x, y_scale, y_zero_point, granularity, output, saturate, precision, out=None)``
+``dequantize_linear(x, x_type, x_scale, x_zero_point, granularity, output, out=None)``
     The result, bit-identical to the reference, or None when no kernel covers the case (numba missing,
     or the kernels switched off with `use_kernels(False)`); the caller then runs the reference.
+    ``out``: None (the result is allocated here), or the array the result is written into and returned,
+    checked by the caller (`qlinear._out.check`): a plain C-contiguous, aligned, writeable ndarray of the
+    result's shape and dtype that shares no memory with the inputs. Nothing is written into it when the
+    answer is None.
 
 How the arithmetic stays the reference's
     - x is loaded in its own type (float16/bfloat16 as raw bits, widened exactly) and rounded to the
@@ -221,7 +225,7 @@ def _converted(array: np.ndarray, *chain: np.dtype) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------- public
 def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: ElementType, saturate: bool,
-                    precision: np.dtype):
+                    precision: np.dtype, out: np.ndarray | None = None):
     if not kernels_enabled():
         return None
     if x.dtype not in _Q_INPUT_VIEW:
@@ -232,7 +236,8 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
         return None
     tag, carrier = tag_carrier
     n = x.size
-    out = _empty(x.shape, output.dtype, n)
+    if out is None:
+        out = _empty(x.shape, output.dtype, n)
     if n == 0:
         return out
     geometry = _layout(granularity, n)
@@ -301,13 +306,14 @@ def _dq_input_constants(x_type: ElementType) -> tuple | None:
 
 
 def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity: Granularity,
-                      output: ElementType):
+                      output: ElementType, out: np.ndarray | None = None):
     if not kernels_enabled():
         return None
     if output.onnx_name not in _DQ_OUTPUTS:
         return None
     n = x.size
-    out = _empty(x.shape, output.dtype, n)
+    if out is None:
+        out = _empty(x.shape, output.dtype, n)
     if n == 0:
         return out
     geometry = _layout(granularity, n)

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from .. import dtypes, granularity as granularity_mod, schemas
+from .. import _out, dtypes, granularity as granularity_mod, schemas
 from .. import dask_adapter
 from ..dask_adapter import is_dask_array
 from ..dtypes import ElementType
@@ -194,12 +194,18 @@ def _prepare_quantize(x, y_scale, y_zero_point, axis, block_size, output_dtype, 
 
 
 def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
-                    saturate=1, precision=None, opset=None) -> np.ndarray:
+                    saturate=1, precision=None, opset=None, out=None) -> np.ndarray:
     """ONNX QuantizeLinear: ``y = saturate(round(x / y_scale) + y_zero_point)``, rounding half to even.
 
     Args and defaults are those of the ONNX operator; ``opset`` selects the schema version (None: 28).
     The output type is ``y_zero_point``'s dtype, else ``output_dtype``, else uint8. Sub-byte and small
     float outputs are ml_dtypes arrays, one element per byte (see `qlinear.pack`).
+
+    ``out``: optional, keyword-only (NumPy's convention): a numpy.ndarray with exactly the result's shape
+    (x's) and dtype (the output type, which ``out`` does not choose), writeable, sharing no memory with x,
+    y_scale or y_zero_point; the result is written into it and ``out`` itself is returned. A C-contiguous
+    ``out`` is written directly by the kernel, with no result-sized allocation; any other (strided, say) is
+    filled by copying the result in. Not for dask inputs (TypeError).
 
     >>> import numpy as np, qlinear
     >>> qlinear.quantize_linear(np.array([0, 2, 3, 1000, -254, -1000], np.float32), np.float32(2), np.uint8(128))
@@ -208,11 +214,17 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
     x, y_scale, y_zero_point, gran, output, saturate, division = _prepare_quantize(
         x, y_scale, y_zero_point, axis, block_size, output_dtype, saturate, precision, opset)
     if type(x) is not np.ndarray and is_dask_array(x):
+        if out is not None:
+            raise _out.dask_error(_Q)
         return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
-    result = kernels.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
+    buffer = None
+    if out is not None:
+        buffer = _out.check(_Q, out, x.shape, output.dtype, {"x": x, "y_scale": y_scale, "y_zero_point": y_zero_point},
+                            "the output type is y_zero_point's dtype, else output_dtype, else uint8")
+    result = kernels.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division, buffer)
     if result is None:  # no kernel for this case (or kernels switched off): the reference
         result = reference.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
-    return result
+    return result if out is None else _out.deliver(out, buffer, result)
 
 
 def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype, opset):
@@ -259,10 +271,14 @@ def _prepare_dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype
 
 
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=None,
-                      opset=None) -> np.ndarray:
+                      opset=None, out=None) -> np.ndarray:
     """ONNX DequantizeLinear: ``y = (x - x_zero_point) * x_scale``.
 
     The output type is ``output_dtype`` when given (opset 23+), else the scale's type.
+
+    ``out``: optional, keyword-only, as for `quantize_linear`: a numpy.ndarray of x's shape and the output
+    type (which ``out`` does not choose), writeable, sharing no memory with x, x_scale or x_zero_point; filled
+    and returned. A C-contiguous ``out`` is written directly by the kernel; any other is filled by a copy.
 
     >>> import numpy as np, qlinear
     >>> qlinear.dequantize_linear(np.array([0, 3, 128, 255], np.uint8), np.float32(2), np.uint8(128))
@@ -271,11 +287,17 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     x, x_type, x_scale, x_zero_point, gran, output = _prepare_dequantize(
         x, x_scale, x_zero_point, axis, block_size, output_dtype, opset)
     if type(x) is not np.ndarray and is_dask_array(x):
+        if out is not None:
+            raise _out.dask_error(_DQ)
         return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
-    result = kernels.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
+    buffer = None
+    if out is not None:
+        buffer = _out.check(_DQ, out, x.shape, output.dtype, {"x": x, "x_scale": x_scale, "x_zero_point": x_zero_point},
+                            "the output type is output_dtype, else x_scale's type")
+    result = kernels.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output, buffer)
     if result is None:
         result = reference.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
-    return result
+    return result if out is None else _out.deliver(out, buffer, result)
 
 
 def _same(value, default) -> bool:
