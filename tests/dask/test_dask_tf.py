@@ -66,3 +66,13 @@ def test_errors_are_those_of_the_numpy_path(call):
     with pytest.raises(numpy_error.type) as dask_error:
         call(da.from_array(x, chunks=3))
     assert str(dask_error.value) == str(numpy_error.value)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: qlinear.tf.quantize_v2(x, np.float32(0), np.float32(1), "quint8", out=np.empty((6, 4), np.uint8)),
+    lambda x: qlinear.tf.dequantize(x.astype(np.uint8), np.float32(0), np.float32(1), out=np.empty((6, 4), np.float32)),
+])
+def test_out_is_refused_for_dask_input(call):
+    x = da.from_array(np.ones((6, 4), np.float32), chunks=3)
+    with pytest.raises(TypeError, match=r"(quantize_v2|dequantize): out= is for NumPy arrays; input is a dask array"):
+        call(x)

@@ -8,6 +8,8 @@ huge, and inputs with NaN, infinities, subnormals, ties. ``strict=True`` stays o
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -124,3 +126,112 @@ def test_strict_stays_on_the_reference():
     with kernels.use_kernels(False):
         expected, _, _ = qlinear.tf.quantize_v2(x, np.float32(-3), np.float32(3), "qint8", strict=True)
     _same(q, expected)
+
+
+# ----------------------------------------------------------------------------------------------- out=
+ALL_TYPES = ["qint8", "quint8", "qint16", "quint16", "qint32"]
+_GARBAGE = 0xA5  # what out holds before the call: an element the call does not write is caught
+# (mode, axis, strict): per-tensor and per-axis (along the first axis, not the last), and strict=True
+OUT_CASES = [("MIN_COMBINED", -1, False), ("MIN_COMBINED", 0, False), ("MIN_FIRST", -1, False), ("SCALED", -1, False),
+             ("SCALED", 1, False), ("MIN_COMBINED", 0, True), ("SCALED", -1, True)]
+
+
+def _kernel_switches(T):
+    """Kernels on for the types whose kernels this run tests (`suite.tf_types`), and the reference for all."""
+    return [True, False] if T in TYPES else [False]
+
+
+def _check_out(fn, kernels_on, *args, **kwargs):
+    """``fn(..., out=out)`` returns out itself (quantize_v2: as the tuple's first element, the ranges unchanged)
+    holding the bits of ``fn(...)``, for a C-contiguous and a strided out; with the kernels on, the reference is
+    patched to fail and the parallel path runs."""
+    with pytest.MonkeyPatch.context() as m:
+        if kernels_on:
+            m.setattr(tf_api._ref, "quantize_v2", _fail)
+            m.setattr(tf_api._ref, "dequantize", _fail)
+            m.setattr(threads, "SERIAL_BELOW", 0)
+        with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
+            expected = fn(*args, **kwargs)
+            first = expected[0] if isinstance(expected, tuple) else expected
+            wide = np.empty(first.shape[:-1] + (2 * first.shape[-1],), first.dtype)
+            contiguous = np.empty(first.shape, first.dtype)
+            for buffer in (wide, contiguous):
+                buffer.view(np.uint8).fill(_GARBAGE)
+            for out in (contiguous, wide[..., ::2]):
+                result = fn(*args, **kwargs, out=out)
+                if isinstance(expected, tuple):
+                    assert result[0] is out
+                    for a, b in zip(result[1:], expected[1:]):
+                        _same(a, b)
+                else:
+                    assert result is out
+                _same(out, first)
+            assert (np.ascontiguousarray(wide[..., 1::2]).view(np.uint8) == _GARBAGE).all()
+
+
+def _out_case(mode, axis):
+    rng = np.random.default_rng(31)
+    x = np.where(rng.random(6 * 70) < 0.8, rng.standard_normal(6 * 70) * 20, rng.choice(X_SPECIAL, 6 * 70))
+    x = x.astype(np.float32).reshape(6, 70)
+    slices = 1 if axis < 0 else x.shape[axis]
+    mins = -(rng.random(slices) * 30).astype(np.float32)
+    maxs = (rng.random(slices) * 30).astype(np.float32)
+    return (x, mins[0], maxs[0]) if axis < 0 else (x, mins, maxs)
+
+
+@pytest.mark.parametrize("T", ALL_TYPES)
+@pytest.mark.parametrize("mode, axis, strict", OUT_CASES)
+def test_quantize_v2_out_equals_the_result_without_out(mode, axis, strict, T):
+    x, mins, maxs = _out_case(mode, axis)
+    if strict:
+        x = np.nan_to_num(x, nan=0.0)  # strict=True rejects NaN
+    for kernels_on in _kernel_switches(T):
+        _check_out(qlinear.tf.quantize_v2, kernels_on, x, mins, maxs, T, mode=mode, axis=axis, strict=strict)
+
+
+@pytest.mark.parametrize("T", ALL_TYPES)
+@pytest.mark.parametrize("mode, axis, strict", OUT_CASES + [("MIN_COMBINED", -1, "bfloat16"),
+                                                            ("MIN_COMBINED", 0, "bfloat16")])
+def test_dequantize_out_equals_the_result_without_out(mode, axis, strict, T):
+    _, mins, maxs = _out_case(mode, axis)
+    info = np.iinfo(STORAGE[T])
+    q = np.random.default_rng(32).integers(info.min, info.max, (6, 70), endpoint=True).astype(STORAGE[T])
+    dtype = "bfloat16" if strict == "bfloat16" else "float32"
+    for kernels_on in _kernel_switches(T):
+        _check_out(qlinear.tf.dequantize, kernels_on, q, mins, maxs, mode=mode, axis=axis, strict=strict is True,
+                   dtype=dtype)
+
+
+@pytest.mark.parametrize("op", ["quantize_v2", "dequantize"])
+def test_kernel_writes_into_out_without_a_result_sized_allocation(op):
+    """With out=, the kernel allocates nothing of the result's size (NumPy reports its allocations to tracemalloc):
+    a copy of the result, or a temporary of its size, would show in the peak."""
+    T = TYPES[0]
+    rng = np.random.default_rng(33)
+    n = 1 << 22
+    if op == "quantize_v2":
+        x = rng.standard_normal(n, np.float32).reshape(4096, 1024)
+        out = np.empty(x.shape, STORAGE[T])
+
+        def call(**kw):
+            return qlinear.tf.quantize_v2(x, np.float32(-2), np.float32(2), T, **kw)[0]
+    else:
+        info = np.iinfo(STORAGE[T])
+        q = rng.integers(info.min, info.max, n, endpoint=True).astype(STORAGE[T]).reshape(4096, 1024)
+        out = np.empty(q.shape, np.float32)
+
+        def call(**kw):
+            return qlinear.tf.dequantize(q, np.float32(-2), np.float32(2), **kw)
+    with pytest.MonkeyPatch.context() as m, kernels.use_kernels(True):
+        m.setattr(tf_api._ref, "quantize_v2", _fail)
+        m.setattr(tf_api._ref, "dequantize", _fail)
+        expected = call()  # also compiles and fills the caches
+        tracemalloc.start()
+        try:
+            result = call(out=out)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result is out
+    _same(out, expected)
+    assert peak < n // 64, f"{peak} bytes allocated during the call with out= (out holds {out.nbytes})"

@@ -3,10 +3,13 @@
 Internal API, called at the dispatch point of `qlinear.tf.quantize` with the arguments its reference
 functions take (``x`` viewed as ``[pre, slices, post]``, per-slice float32 ranges):
 
-``quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)``
-``dequantize(q3, min_range, max_range, mode, narrow_range, strict)``
+``quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict, out=None)``
+``dequantize(q3, min_range, max_range, mode, narrow_range, strict, out=None)``
     The reference's result, bit for bit, or None when no kernel covers the case (``strict=True``, numba
     missing, kernels switched off with `qlinear.kernels.quantize_linear.use_kernels(False)`).
+    ``out``: None (the result is allocated here), or the array of x3's shape the result is written into and
+    returned: a plain C-contiguous, aligned, writeable ndarray of the result's dtype sharing no memory with
+    the inputs (the caller checks it, `qlinear._out.check`). Nothing is written into it when the answer is None.
 
 The per-slice constants (adjusted ranges, scale factors, offsets) are computed here with the
 reference's own NumPy helpers on arrays of ``slices`` elements; only the per-element part, the same
@@ -243,7 +246,8 @@ def _quantize_constants_one_slice(min_range, max_range, dtype, mode, round_mode,
             np.array([out_min], F32), np.array([out_max], F32))
 
 
-def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
+def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict,
+                out=None):
     if strict or not kernels_enabled():
         return None
     dtype = np.dtype(dtype)
@@ -265,7 +269,8 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
         return None
     a, b, c, code, half_range, lower, upper, nan_value, out_min, out_max = constants
     x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = _empty(x3.shape, dtype)
+    if out is None:
+        out = _empty(x3.shape, dtype)
     if x.size:
         _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, post, slices, code, half_range, lower, upper,
                 nan_value)
@@ -332,7 +337,7 @@ def _dequantize_constants_one_slice(min_range, max_range, qtype, mode, narrow_ra
     return np.array([a], F32), np.array([b], F32), np.int64(code), F32(half)
 
 
-def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
+def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out=None):
     if strict or not kernels_enabled():
         return None
     pre, slices, post = q3.shape
@@ -352,7 +357,8 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict):
         return None
     a, b, code, half = constants
     q = np.ascontiguousarray(q3).reshape(-1)
-    out = _empty(q3.shape, np.dtype(F32))
+    if out is None:
+        out = _empty(q3.shape, np.dtype(F32))
     if q.size:
         _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, post, slices, code, half)
     return out

@@ -2,16 +2,17 @@
 
 Internal API, called at the dispatch point of `qlinear.tf.quantize` with the reference's arguments:
 
-``quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range)``
+``quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, out=None)``
     ``strict=True`` QuantizeV2: the documented formulas (float64, one rounding, saturation), bit-identical to
     the ``*_strict`` functions of `qlinear.reference.tf_quantize`.
-``dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype)``
+``dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype, out=None)``
     ``strict=True`` Dequantize (float32 or bfloat16 out), and the kernel-arithmetic Dequantize to bfloat16:
     the float32 result rounded to nearest even in the same pass (no float32 temporary of the full size).
 
 Each returns None when no kernel runs (numba missing, kernels switched off with
-`qlinear.kernels.quantize_linear.use_kernels(False)`); the caller then runs the reference. The per-slice
-constants are computed with NumPy exactly as the reference computes them, on arrays of ``slices``
+`qlinear.kernels.quantize_linear.use_kernels(False)`); the caller then runs the reference. ``out`` is as in
+`qlinear.kernels.tf_quantize`: None, or the checked C-contiguous array of x3's shape to write into and return.
+The per-slice constants are computed with NumPy exactly as the reference computes them, on arrays of ``slices``
 elements; only the per-element part runs in numba (`_tf_quantize_extra_numba`).
 """
 
@@ -93,7 +94,8 @@ def _quantize_strict_constants(min_range, max_range, dtype, mode, round_mode, na
     return p, np.int64(code), q_min, np.asarray(out_min, F32).reshape(-1), np.asarray(out_max, F32).reshape(-1)
 
 
-def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range):
+def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range,
+                       out=None):
     if not kernels_enabled():
         return None
     dtype = np.dtype(dtype)
@@ -108,7 +110,8 @@ def quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow
         return None
     p, code, q_min, out_min, out_max = constants
     x = np.ascontiguousarray(x3, F32).reshape(-1)
-    out = _empty(x3.shape, dtype)
+    if out is None:
+        out = _empty(x3.shape, dtype)
     if x.size:
         items, size = _items(x3.shape)
         threads.run_chunked(_numba().quantize_strict, items, x, out.reshape(-1), p, slices, post, code, q_min,
@@ -150,7 +153,7 @@ def _dequantize_constants(min_range, max_range, qtype, mode, narrow_range, stric
         return np.ascontiguousarray(scale, F32), np.ascontiguousarray(mn, F32), half
 
 
-def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
+def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype, out=None):
     out_dtype = np.dtype(out_dtype)
     bf16 = out_dtype != np.dtype(F32)
     if not kernels_enabled() or not (strict or bf16):
@@ -163,7 +166,8 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
     if constants is None:
         return None
     q = np.ascontiguousarray(q3).reshape(-1)
-    out = _empty(q3.shape, out_dtype)
+    if out is None:
+        out = _empty(q3.shape, out_dtype)
     flat_out = out.reshape(-1).view(np.uint16) if bf16 else out.reshape(-1)
     items, size = _items(q3.shape)
     if q.size:

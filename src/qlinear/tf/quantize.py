@@ -15,7 +15,7 @@ import operator
 import ml_dtypes
 import numpy as np
 
-from qlinear import dask_adapter, dtypes
+from qlinear import _out, dask_adapter, dtypes
 from qlinear.dask_adapter import is_dask_array
 from qlinear.reference import tf_quantize as _ref
 
@@ -49,28 +49,32 @@ def _kernel_modules():
 _kernel_wrappers = None
 
 
-def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict):
+def _quantize_kernel(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict,
+                     out=None):
+    """``out``: None, or the C-contiguous array of x3's shape a kernel writes into (the reference's result is
+    returned instead when no kernel runs; the caller copies it in)."""
     _fast, _extra = _kernel_modules()
 
     if strict:
         result = _extra.quantize_v2_strict(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
-                                           ensure_minimum_range)
+                                           ensure_minimum_range, out)
     else:
         result = _fast.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
-                                   ensure_minimum_range, strict)
+                                   ensure_minimum_range, strict, out)
     if result is None:
         result = _ref.quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range, ensure_minimum_range, strict)
     return result
 
 
-def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict, out_dtype):
-    """float32 or bfloat16 (the float32 result rounded to nearest even, as TensorFlow's kernel does)."""
+def _dequantize_kernel(q3, min_range, max_range, mode, narrow_range, strict, out_dtype, out=None):
+    """float32 or bfloat16 (the float32 result rounded to nearest even, as TensorFlow's kernel does). ``out`` as
+    for `_quantize_kernel`."""
     _fast, _extra = _kernel_modules()  # _extra: strict=True, and bfloat16 out in one pass
 
     if strict or out_dtype != np.float32:
-        result = _extra.dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype)
+        result = _extra.dequantize(q3, min_range, max_range, mode, narrow_range, strict, out_dtype, out)
     else:
-        result = _fast.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
+        result = _fast.dequantize(q3, min_range, max_range, mode, narrow_range, strict, out)
     if result is None:
         result = _ref.dequantize(q3, min_range, max_range, mode, narrow_range, strict)
         result = result if out_dtype == np.float32 else result.astype(out_dtype)
@@ -191,6 +195,7 @@ def quantize_v2(
     axis: int = -1,
     ensure_minimum_range: float = 0.01,
     strict: bool = False,
+    out: np.ndarray | None = None,
 ):
     """tf.raw_ops.QuantizeV2, bit for bit equal to TensorFlow's CPU kernel.
 
@@ -205,9 +210,17 @@ def quantize_v2(
     ``strict=True`` evaluates the documented formulas exactly (float64, one rounding, saturation)
     instead of reproducing the kernel's float32 arithmetic, truncation and qint32 wrap-around; see
     docs/semantics.md.
+
+    ``out``: optional, keyword-only (NumPy's convention), the array for ``output`` only (the first element
+    of the tuple; ``output_min``/``output_max`` are always new): a numpy.ndarray of ``input``'s shape and
+    ``T``'s storage dtype, writeable, sharing no memory with ``input``, ``min_range`` or ``max_range``. The
+    tuple's first element is then ``out`` itself. A C-contiguous ``out`` is written directly by the kernel,
+    with no result-sized allocation; any other is filled by a copy. Not for dask inputs (TypeError).
     """
     func = "quantize_v2"
     if type(input) is not np.ndarray and is_dask_array(input):
+        if out is not None:
+            raise _out.dask_error(func, "input")
         return dask_adapter.tf_quantize_v2(
             input, min_range, max_range, T, mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis,
             ensure_minimum_range=ensure_minimum_range, strict=strict)
@@ -265,8 +278,16 @@ def quantize_v2(
         raise ValueError(f"{func}: input contains NaN, which has no quantized value (strict=True)")
 
     x3 = x.reshape(_three_dims(x.shape, None if per_tensor else axis))
-    q, out_min, out_max = _quantize_kernel(x3, mins, maxs, dtype, mode, round_mode, narrow_range, ensure, strict)
-    q = q.reshape(x.shape)
+    if out is None:
+        q, out_min, out_max = _quantize_kernel(x3, mins, maxs, dtype, mode, round_mode, narrow_range, ensure, strict)
+        q = q.reshape(x.shape)
+    else:
+        buffer = _out.check(func, out, x.shape, dtype, {"input": input, "min_range": min_range, "max_range": max_range},
+                            "the output type is T's storage type")
+        buffer3 = None if buffer is None else buffer.reshape(x3.shape)  # a view: the kernel writes into out
+        q, out_min, out_max = _quantize_kernel(x3, mins, maxs, dtype, mode, round_mode, narrow_range, ensure, strict,
+                                               buffer3)
+        q = _out.deliver(out, buffer3, q)
     if per_tensor:
         return q, np.float32(out_min[0]), np.float32(out_max[0])
     return q, out_min.reshape(slices), out_max.reshape(slices)
@@ -299,6 +320,7 @@ def dequantize(
     axis: int = -1,
     dtype="float32",
     strict: bool = False,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """tf.raw_ops.Dequantize, bit for bit equal to TensorFlow's CPU kernel.
 
@@ -307,9 +329,16 @@ def dequantize(
     shape of ``input``. ``min_range``/``max_range`` hold one value per slice along ``axis``
     (one value for ``axis=-1``). ``strict=True`` evaluates the documented formulas in float64 and
     rounds once.
+
+    ``out``: optional, keyword-only (NumPy's convention): a numpy.ndarray of ``input``'s shape and dtype
+    ``dtype`` (float32 or bfloat16), writeable, sharing no memory with ``input``, ``min_range`` or
+    ``max_range``; the result is written into it and ``out`` itself is returned. A C-contiguous ``out`` is
+    written directly by the kernel; any other is filled by a copy. Not for dask inputs (TypeError).
     """
     func = "dequantize"
     if type(input) is not np.ndarray and is_dask_array(input):
+        if out is not None:
+            raise _out.dask_error(func, "input")
         return dask_adapter.tf_dequantize(input, min_range, max_range, mode=mode, narrow_range=narrow_range,
                                           axis=axis, dtype=dtype, strict=strict)
     if not hasattr(input, "dtype"):
@@ -342,5 +371,12 @@ def dequantize(
     if not per_tensor and mode == _ref.MIN_FIRST:
         raise ValueError(f"{func}: mode 'MIN_FIRST' is not implemented for per-axis dequantization (axis={axis})")
     q3 = q.reshape(_three_dims(q.shape, None if per_tensor else axis))
-    out = _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict, out_dtype)
-    return out.reshape(q.shape)
+    if out is None:
+        return _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict,
+                                  out_dtype).reshape(q.shape)
+    buffer = _out.check(func, out, q.shape, out_dtype, {"input": input, "min_range": min_range, "max_range": max_range},
+                        "the output type is the dtype argument")
+    buffer3 = None if buffer is None else buffer.reshape(q3.shape)  # a view: the kernel writes into out
+    result = _dequantize_kernel(q3, mins.reshape(-1), maxs.reshape(-1), mode, narrow_range, strict, out_dtype,
+                                buffer3)
+    return _out.deliver(out, buffer3, result)
