@@ -164,3 +164,49 @@ def test_python_lists_match_tensorflow(tf_ops):
     ours = quantize_v2([0.1, 0.7, 1e-3], 0.0, 1.0, "quint8")
     theirs = tf_ops.quantize_v2([0.1, 0.7, 1e-3], 0.0, 1.0, "quint8")
     np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+def _read_only(shape, dtype):
+    a = np.empty(shape, dtype)
+    a.flags.writeable = False
+    return a
+
+
+_SHARED = np.zeros(6, np.float32)  # an input and an out in the same memory
+
+# out= is qlinear's (NumPy's convention), not TensorFlow's: no TensorFlow counterpart to compare.
+OUT_CASES = [
+    ("out a list", lambda: quantize_v2(X, -1.0, 1.0, "qint8", out=[0] * 6), TypeError,
+     r"quantize_v2: out must be a numpy.ndarray, got list"),
+    ("out of the wrong shape", lambda: quantize_v2(X, -1.0, 1.0, "qint8", out=np.empty(6, np.int8)), ValueError,
+     r"quantize_v2: out must have the result's shape \(2, 3\), got shape \(6,\)"),
+    ("out of the wrong dtype", lambda: quantize_v2(X, -1.0, 1.0, "qint8", out=np.empty((2, 3), np.uint8)), TypeError,
+     r"quantize_v2: out must have the result's dtype int8, got dtype uint8 \(the output type is T's storage type\)"),
+    ("read-only out", lambda: quantize_v2(X, -1.0, 1.0, "qint8", out=_read_only((2, 3), np.int8)), ValueError,
+     r"quantize_v2: out must be writeable, got a read-only array"),
+    ("out sharing input's memory",
+     lambda: quantize_v2(_SHARED.reshape(2, 3), -1.0, 1.0, "qint32", out=_SHARED.view(np.int32).reshape(2, 3)),
+     ValueError, r"quantize_v2: out must not share memory with input"),
+    ("dequantize out a tuple", lambda: dequantize(Q8, -1.0, 1.0, out=(0,) * 6), TypeError,
+     r"dequantize: out must be a numpy.ndarray, got tuple"),
+    ("dequantize out of the wrong shape", lambda: dequantize(Q8, -1.0, 1.0, out=np.empty((3, 2), np.float32)),
+     ValueError, r"dequantize: out must have the result's shape \(2, 3\), got shape \(3, 2\)"),
+    ("dequantize out of float32 for bfloat16",
+     lambda: dequantize(Q8, -1.0, 1.0, dtype="bfloat16", out=np.empty((2, 3), np.float32)), TypeError,
+     r"dequantize: out must have the result's dtype bfloat16, got dtype float32 \(the output type is the dtype "
+     r"argument\)"),
+    ("dequantize read-only out", lambda: dequantize(Q8, -1.0, 1.0, out=_read_only((2, 3), np.float32)), ValueError,
+     r"dequantize: out must be writeable"),
+    ("dequantize out sharing input's memory",
+     lambda: dequantize(_SHARED.view(np.int32)[:3], -1.0, 1.0, mode="SCALED", out=_SHARED[2:5]), ValueError,
+     r"dequantize: out must not share memory with input"),
+    ("dequantize out sharing max_range's memory",
+     lambda: dequantize(Q8, [-1.0, -1.0], _SHARED[:2], axis=0, out=_SHARED.reshape(2, 3)), ValueError,
+     r"dequantize: out must not share memory with max_range"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, match", OUT_CASES, ids=[c[0] for c in OUT_CASES])
+def test_out_is_checked(name, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
