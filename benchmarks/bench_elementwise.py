@@ -4,7 +4,9 @@ reference, TensorFlow, plain NumPy and a multithreaded copy of the same bytes (t
     uv run python benchmarks/bench_elementwise.py [--sizes 16M] [--case float8] [--json benchmarks/results/elementwise.json]
 
 The same suite as `qlinear bench` (it lives in qlinear.bench so the installed command can run it); this
-script is the repository entry point. See BENCHMARKS.md for the latest table.
+script is the repository entry point. See BENCHMARKS.md for the latest table. The rows whose case ends in
+"out=" (QuantizeLinear f32->uint8 per tensor and f32->int8 blocked, DequantizeLinear uint8->f32 per tensor) time
+qlinear writing into a preallocated array, beside the same peers; ``--case out=`` runs only those.
 """
 
 import sys

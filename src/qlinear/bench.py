@@ -9,6 +9,10 @@ reference, a multithreaded copy of the same number of bytes into preallocated me
 "n/a". It also measures qlinear's peak extra memory per call (tracemalloc: bytes allocated beyond the
 output) and, optionally, the kernels' JIT cost in fresh processes (cold cache, then warm cache).
 
+Rows whose case ends in "out=" time qlinear writing into one preallocated array (``out=``, reused by every
+call) instead of returning a new one; their peers are timed as in the row without it (they return new arrays),
+and their "extraMB" is the whole peak, the output not being allocated.
+
 Output: a table (times in ms; "x" columns are the peer's time over qlinear's, so > 1 means qlinear is
 faster; "bw" is the fresh-output probe's time / qlinear time, 1.0 = at the memory-bandwidth bound; "bwP" the
 same against the preallocated copy) and a JSON file.
@@ -42,6 +46,7 @@ class Case:
     quantized: str  # ONNX name of the quantized type
     granularity: str  # "tensor", "axis", "block"
     mode: str = "SCALED"  # TensorFlow mode (TF cases, and the TF column of per-tensor 8-bit ONNX cases)
+    out: bool = False  # qlinear writes into a preallocated array (out=) instead of returning a new one
 
     @property
     def tf_mode(self) -> bool:
@@ -50,13 +55,16 @@ class Case:
 
 CASES = (
     Case("Q f32->uint8 tensor", "Q", "uint8", "tensor"),
+    Case("Q f32->uint8 tensor out=", "Q", "uint8", "tensor", out=True),
     Case("Q f32->int8 axis", "Q", "int8", "axis"),
     Case("Q f32->int8 block32", "Q", "int8", "block"),
+    Case("Q f32->int8 block32 out=", "Q", "int8", "block", out=True),
     Case("Q f32->uint16 tensor", "Q", "uint16", "tensor"),
     Case("Q f32->int4 block32", "Q", "int4", "block"),
     Case("Q f32->float8e4m3fn tensor", "Q", "float8e4m3fn", "tensor"),
     Case("Q f32->float4e2m1 block32", "Q", "float4e2m1", "block"),
     Case("DQ uint8->f32 tensor", "DQ", "uint8", "tensor"),
+    Case("DQ uint8->f32 tensor out=", "DQ", "uint8", "tensor", out=True),
     Case("DQ int8->f32 axis", "DQ", "int8", "axis"),
     Case("DQ int4->f32 block32", "DQ", "int4", "block"),
     Case("DQ float8e4m3fn->f32 tensor", "DQ", "float8e4m3fn", "tensor"),
@@ -132,6 +140,13 @@ def _qlinear_fn(case: Case, x, scale, zp, axis, block):
         return lambda: qlinear.tf.quantize_v2(x, lo, hi, _TF_TYPES[case.quantized], mode=case.mode)[0]
     if case.op == "TFDQ":
         return lambda: qlinear.tf.dequantize(x, lo, hi, mode=case.mode)
+    if case.out:  # one preallocated result, written by every call
+        from . import dtypes
+
+        y = np.empty(x.shape, dtypes.get(case.quantized).dtype if case.op == "Q" else np.float32)
+        if case.op == "Q":
+            return lambda: qlinear.quantize_linear(x, scale, zp, axis=axis, block_size=block, out=y)
+        return lambda: qlinear.dequantize_linear(x, scale, zp, axis=axis, block_size=block, out=y)
     if case.op == "Q":
         return lambda: qlinear.quantize_linear(x, scale, zp, axis=axis, block_size=block)
     return lambda: qlinear.dequantize_linear(x, scale, zp, axis=axis, block_size=block)
@@ -362,7 +377,7 @@ def run(sizes=("64K", "1M", "16M", "64M"), cases=None, repeat=5, peers=("onnxrun
             fn = _qlinear_fn(case, x, scale, zp, axis, block)
             row["qlinear_s"] = _best(fn, repeat)
             y = fn()
-            row["peak_extra_bytes"] = _peak_extra_bytes(fn, y.nbytes)
+            row["peak_extra_bytes"] = _peak_extra_bytes(fn, 0 if case.out else y.nbytes)
             row["moved_bytes"] = x.nbytes + y.nbytes
             row["probe_s"], row["copy_probe_s"] = _bandwidth_probe(x.nbytes, y.nbytes, repeat)
             del y

@@ -11,12 +11,15 @@ def test_bench_writes_a_row_per_case_and_size(tmp_path, capsys):
                    "--no-jit", "--repeat", "1", "--json", str(out)])
     assert status == 0
     results = json.loads(out.read_text())
-    assert [(r["case"], r["size"]) for r in results["rows"]] == [("Q f32->uint8 tensor", "64K"), ("DQ int4->f32 block32", "64K")]
+    assert [(r["case"], r["size"]) for r in results["rows"]] == [
+        ("Q f32->uint8 tensor", "64K"), ("Q f32->uint8 tensor out=", "64K"), ("DQ int4->f32 block32", "64K")]
     for row in results["rows"]:
         assert row["qlinear_s"] > 0 and row["probe_s"] > 0 and row["copy_probe_s"] > 0 and row["moved_bytes"] > 0
         assert "numpy_s" in row
+    # the out= row writes into a preallocated array: no result-sized allocation (64 KB here)
+    assert results["rows"][1]["peak_extra_bytes"] < 16 << 10
     # onnxruntime cannot feed int4 arrays: n/a, not an error
-    assert results["rows"][1]["ort1_s"] is None
+    assert results["rows"][2]["ort1_s"] is None
     assert "Q f32->uint8 tensor" in capsys.readouterr().out
 
 
