@@ -130,7 +130,7 @@ def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry
     if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
         im2col = _im2col()
         if packed is None:
-            packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
+            packed = _packed_raw(im2col, w, w_zero_point, geometry.group)
         return im2col.conv(x, x_zero_point, packed, B, geometry)
     return _reference_conv_accumulate(
         x,
@@ -144,6 +144,16 @@ def _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry: ConvGeometry
         pads_begin=geometry.pads_begin,
         pads_end=geometry.pads_end,
     )
+
+
+def _packed_raw(im2col, w, w_zero_point, group):
+    """The packing of raw weights ``w``: the one an earlier call made of an equal array when there is one
+    (kernels/packing_cache.py says how that stays safe), else a new one."""
+    from qlinear.kernels import packing_cache
+
+    zp = np.asarray(w_zero_point)
+    return packing_cache.packed("conv", w, (zp.dtype.str, zp.shape, zp.tobytes(), group),
+                                lambda copy: im2col.prepack_conv(copy, zp, group))
 
 
 def _im2col():
@@ -274,7 +284,7 @@ def qlinear_conv(
         # the kernels fuse the requantization into their store (same arithmetic as the reference's)
         im2col = _im2col()
         if packed is None:
-            packed = im2col.prepack_conv(w, w_zero_point, geometry.group)
+            packed = _packed_raw(im2col, w, w_zero_point, geometry.group)
         requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)
         return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", im2col.conv,
                                x, x_zero_point, packed, B, geometry, requant=requant)

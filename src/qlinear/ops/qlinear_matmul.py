@@ -66,7 +66,13 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
     out = np.empty(batch + (m, n), out_dtype)
     multiplier = None if requant is None else np.broadcast_to(np.asarray(requant[0]), batch + (m, n))
     shared_b = b.ndim == 2  # constant weights: packed once
-    packed = integer_gemm.pack_weights(b, b_zp[(0,) * len(batch)].reshape(-1)) if shared_b else None
+    packed = None
+    if shared_b:
+        from qlinear.kernels import packing_cache  # an equal array's packing, reused (see that module)
+
+        zp = np.ascontiguousarray(b_zp[(0,) * len(batch)].reshape(-1))
+        packed = packing_cache.packed("gemm", b, (zp.dtype.str, zp.tobytes()),
+                                      lambda copy: integer_gemm.pack_weights(copy, zp))
     for index in np.ndindex(*batch):
         weights = packed if shared_b else integer_gemm.pack_weights(b_b[index], b_zp[index].reshape(-1))
         rq = None
