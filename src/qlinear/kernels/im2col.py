@@ -60,6 +60,9 @@ class PackedConv:
         if zp.size not in (1, self.out_channels):
             raise ValueError(f"{func}: w_zero_point must be a scalar or have M={self.out_channels} elements, got shape {zp.shape}")
         self.w_zero_point = np.broadcast_to(zp.reshape(-1), (self.out_channels,)).copy()
+        # the one zero point of every channel (an int), or None: lets a call check the zero point it was given cheaply
+        first = int(self.w_zero_point[0]) if self.out_channels else 0
+        self.uniform_zero_point = first if np.all(self.w_zero_point == first) else None
         lo, hi = (-128, 127) if w.dtype == np.int8 else (0, 255)
         zp64 = self.w_zero_point.astype(np.int64)
         if zp64.min(initial=0) < lo or zp64.max(initial=0) > hi:

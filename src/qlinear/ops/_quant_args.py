@@ -6,6 +6,7 @@ public function's name and names the argument and the rule.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -55,15 +56,14 @@ def zero_point(func: str, name: str, value, dtype, partner: str) -> np.ndarray:
 
 def output_zero_point(func: str, name: str, value, allowed=INT8_TYPES) -> np.ndarray:
     """The output zero point: its dtype (one of ``allowed``) is the output type, so it must be a numpy value."""
-    names = " or ".join(str(d) for d in allowed)
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(
-            f"{func}: {name} must be a numpy array of {names} (its dtype sets the output type), "
+            f"{func}: {name} must be a numpy array of {_dtype_names(allowed)} (its dtype sets the output type), "
             f"got {type(value).__name__}"
         )
     value = np.asarray(value)
     if value.dtype not in allowed:
-        raise TypeError(f"{func}: {name} must have dtype {names}, got {value.dtype}")
+        raise TypeError(f"{func}: {name} must have dtype {_dtype_names(allowed)}, got {value.dtype}")
     return value
 
 
@@ -80,10 +80,21 @@ def scale(func: str, name: str, value, allowed) -> np.ndarray:
             raise TypeError(f"{func}: {name} must have dtype {_dtype_names(allowed)}, got {value.dtype}")
     else:
         raise TypeError(f"{func}: {name} must be a numpy array of {_dtype_names(allowed)} or a Python float, got {type(value).__name__}")
-    as_float = value.astype(np.float64)
-    if not (np.all(np.isfinite(as_float)) and np.all(as_float > 0)):
+    if not _positive_finite(value):
         raise ValueError(f"{func}: {name} must be positive and finite, got {value.tolist()}")
     return value
+
+
+def _positive_finite(value: np.ndarray) -> bool:
+    """Every element > 0 and finite (NaN fails both). Scalars through Python floats, arrays through one min and
+    one max: this runs three times per convolution call, and the float64 copy and isfinite/all reductions it
+    replaced took 15-20 us per scale."""
+    if value.size == 1:
+        v = float(value.reshape(-1)[0])
+        return 0.0 < v < math.inf
+    if value.size == 0:
+        return True
+    return bool(float(value.min()) > 0.0) and math.isfinite(float(value.max()))
 
 
 def is_per_tensor(value: np.ndarray) -> bool:
