@@ -583,7 +583,29 @@ def test_polyphase_input_of_a_3d_convolution_with_depth_1(kernel, pads_begin, pa
         packed = im2col.prepack_conv(w, I8(3), 1)
         g = geo((1, 2, 2), (1, 1, 1), pads_begin, pads_end)
         got = im2col.conv(x, U8(77), packed, None, g, None)
-        took_polyphase += any(plan.poly for plan in packed.plans.values())
+        took_polyphase += any(weight_plan.plan.poly for weight_plan in packed.plans.values())
         expected = direct_conv(x, 77, w, 3, None, 1, (1, 2, 2), (1, 1, 1), pads_begin, pads_end)
         np.testing.assert_array_equal(got, expected, err_msg=str(shape))
     assert took_polyphase >= 2
+
+
+def test_weights_of_one_shape_share_a_plan_but_not_their_zero_points_or_row_terms():
+    """Plans are shared by every packing of the same geometry; what depends on the weights (the zero points
+    padded to panels, the epilogue's row terms) stays with each packing: two weight sets of one shape, with
+    different per-channel zero points, called in turn with the same bias and x zero point."""
+    rng = np.random.default_rng(11)
+    x = rand(rng, (1, 6, 9, 9), U8)
+    bias = rng.integers(-500, 500, 10).astype(np.int32)
+    g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+    sets = []
+    for seed in range(3):
+        w = rand(rng, (10, 6, 3, 3), I8)
+        zw = rng.integers(-4, 5, 10).astype(I8) if seed else I8(0)
+        sets.append((w, zw, im2col.prepack_conv(w, zw, 1)))
+    for _ in range(2):
+        for w, zw, packed in sets:
+            got = im2col.conv(x, U8(77), packed, bias, g, None)
+            expected = direct_conv(x, 77, w, zw, bias, 1, (1, 1), (1, 1), (1, 1), (1, 1))
+            np.testing.assert_array_equal(got, expected)
+    plans = {id(weight_plan.plan) for _, _, packed in sets for weight_plan in packed.plans.values()}
+    assert len(plans) == 1

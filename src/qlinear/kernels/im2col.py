@@ -1171,23 +1171,51 @@ class _Plan:
         self.mp = -(-m_g // mr)
         self.row_off = [(np.arange(self.mp * mr, dtype=np.int64) + gi * m_g) * self.positions
                         for gi in range(packed.group)]
-        self.row_terms: dict = {}  # see _row_terms
         self.zeros_c = np.zeros(self.npn * nr, np.int32)
         self.zeros_r = np.zeros(self.mp * mr, np.int32)
+
+
+class _WeightPlan:
+    """What one set of packed weights adds to a shared `_Plan`: each group's weight zero points padded to whole
+    panels, and the epilogue's row terms (`_row_terms`)."""
+
+    def __init__(self, plan: _Plan, packed: PackedConv):
+        self.plan = plan
+        self.row_terms: dict = {}
         self.u1 = []
-        for pw in packed.groups:
-            u1 = np.zeros(self.mp * mr, np.int32)
-            u1[:m_g] = pw.zws
-            self.u1.append(u1)
+        if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
+            m_g = packed.out_channels // packed.group
+            for pw in packed.groups:
+                u1 = np.zeros(plan.mp * plan.mr, np.int32)
+                u1[:m_g] = pw.zws
+                self.u1.append(u1)
 
 
-def _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq):
+# Plans depend on the geometry only (weight shape, group, input shape, strides...), so weights of the same shape
+# packed anew (a raw-weights call that misses the packing cache) share them: building one took ~130 us.
+_PLANS: dict = {}
+_PLANS_MAX = 256
+
+
+def _shared_plan(packed: PackedConv, key) -> _Plan:
+    full = (packed.out_channels, packed.group, packed.group_channels, packed.kernel, packed.depthwise) + key
+    plan = _PLANS.get(full)
+    if plan is None:
+        plan = _Plan(packed, *key)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[full] = plan
+    return plan
+
+
+def _row_terms(weight_plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq):
     """Group gi's per-row epilogue terms, padded to whole MR panels: the constant
     C[o, q] = acc - zw[o] * colsum[q] - zau * wsum[o] + K * zau * zw[o] + bias[o]   (mod 2**32) part, and the
     per-row multipliers. Kept on the plan for the last few (zero point, bias, multiplier) values: repeated
     inference calls pass the same ones, and building them cost several microseconds per call."""
     key = (gi, zau, bias_full.tobytes(), rq.mult.tobytes() if rq.rs else None)
-    cached = plan.row_terms.get(key)
+    plan = weight_plan.plan
+    cached = weight_plan.row_terms.get(key)
     if cached is not None:
         return cached[0], (cached[1] if rq.rs else rq.mult)  # a per-tensor multiplier is passed as is
     rterm = np.zeros(plan.mp * mr, np.int32)
@@ -1197,9 +1225,9 @@ def _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq):
         mult[:m_g] = rq.mult[gi * m_g:(gi + 1) * m_g]
     else:
         mult = rq.mult
-    if len(plan.row_terms) >= 8:
-        plan.row_terms.clear()
-    plan.row_terms[key] = rterm, mult
+    if len(weight_plan.row_terms) >= 8:
+        weight_plan.row_terms.clear()
+    weight_plan.row_terms[key] = rterm, mult
     return rterm, mult
 
 
@@ -1229,12 +1257,13 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     za = ig.scalar_int(x_zero_point)
     path = ig.current_path(path)
     key = (x.shape, strides, dilations, pads_begin, pads_end, path)
-    plan = packed.plans.get(key)
-    if plan is None:
-        plan = _Plan(packed, x.shape, strides, dilations, pads_begin, pads_end, path)
+    weight_plan = packed.plans.get(key)
+    if weight_plan is None:
+        weight_plan = _WeightPlan(_shared_plan(packed, key), packed)
         if len(packed.plans) > 64:  # many input shapes: keep memory bounded
             packed.plans.clear()
-        packed.plans[key] = plan
+        packed.plans[key] = weight_plan
+    plan = weight_plan.plan
     out_shape = plan.out_shape
     positions = plan.positions
     rq = ig.Requant(func, requant, m_total, positions, weights_on_rows=True)
@@ -1351,11 +1380,11 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     pan_per_img = plan.pan_per_img if virtual else 0
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
-        rterm, mult = _row_terms(plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
+        rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
         ig.call_parallel(fused, p_w, ks, m_g, plan.q_total, mb, nb, n_workers, src, plan.koff, k_total,
                          virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
                          out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
-                         rterm, plan.zeros_c, plan.u1[gi], plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode,
+                         rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode,
                          rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off, out32, out8)
     return out
 
