@@ -29,6 +29,9 @@ except ImportError:  # pragma: no cover - exercised only on installs without num
     HAVE_NUMBA = False
 
 
+_ROW_RUN = 8_000_000  # columns summed in int32 at a time (8M * 255 < 2**31)
+
+
 def _groups(k: int, g: int) -> int:
     return -(-k // g) if k else 0
 
@@ -62,33 +65,22 @@ if HAVE_NUMBA:
 
     @njit(cache=True)
     def _stats_rows(w, zp, abs_sum, total):
-        # int32 sums vectorise (|w - zw| <= 255: exact up to 8M values a row; longer rows sum in int64).
-        # The absolute value written out: numba's abs() kept LLVM from vectorising (4x slower).
+        # int32 sums vectorise; `stats` passes at most _ROW_RUN columns at a time (|w - zw| <= 255 keeps them
+        # exact) and adds the runs in int64. The absolute value written out: numba's abs() kept LLVM from
+        # vectorising (4x slower).
         n, k = w.shape
         for r in range(n):
             row = w[r]
-            if k <= 8_000_000:
-                z = np.int32(zp[r])
-                a32 = np.int32(0)
-                t32 = np.int32(0)
-                for i in range(k):
-                    v = np.int32(row[i])
-                    d = v - z
-                    a32 += d if d >= 0 else -d
-                    t32 += v
-                abs_sum[r] = a32
-                total[r] = t32
-            else:
-                z64 = np.int64(zp[r])
-                a = np.int64(0)
-                t = np.int64(0)
-                for i in range(k):
-                    v64 = np.int64(row[i])
-                    d64 = v64 - z64
-                    a += d64 if d64 >= 0 else -d64
-                    t += v64
-                abs_sum[r] = a
-                total[r] = t
+            z = np.int32(zp[r])
+            a32 = np.int32(0)
+            t32 = np.int32(0)
+            for i in range(k):
+                v = np.int32(row[i])
+                d = v - z
+                a32 += d if d >= 0 else -d
+                t32 += v
+            abs_sum[r] += a32
+            total[r] += t32
 
     @njit(cache=True)
     def _stats_cols(w, zp, abs_sum, total):
@@ -187,7 +179,12 @@ def stats(w: np.ndarray, zero_point: np.ndarray, along: str) -> tuple[np.ndarray
     abs_sum = np.zeros(n, np.int64)
     total = np.zeros(n, np.int64)
     zp = np.ascontiguousarray(zero_point, np.int64)
-    (_stats_rows if along == "rows" else _stats_cols)(np.ascontiguousarray(w), zp, abs_sum, total)
+    w = np.ascontiguousarray(w)
+    if along == "rows":
+        for start in range(0, max(w.shape[1], 1), _ROW_RUN):
+            _stats_rows(w[:, start:start + _ROW_RUN], zp, abs_sum, total)
+    else:
+        _stats_cols(w, zp, abs_sum, total)
     if w.dtype == np.uint8:
         total -= 128 * (w.shape[1] if along == "rows" else w.shape[0])
     return abs_sum, total
