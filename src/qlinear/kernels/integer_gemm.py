@@ -54,6 +54,7 @@ import threading
 import numpy as np
 
 from qlinear.kernels import _fallback, threads, weight_packing
+from qlinear.kernels._arguments import read_only
 
 try:  # numba is a dependency, but the BLAS path must keep working without it.
     from qlinear.kernels import ensure_fresh_numba_cache
@@ -847,7 +848,8 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
     out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
     mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-    call_parallel(gemm_driver(path), au, np.uint8(xor), a32, np.int32(-0x7F7F7F80 if xor else 0), words, ub,
-                  need_rowsum, q_w, ks, m_total, n_total, mb, nb, threads.get_num_threads(), rterm, cterm, v1, u2, v2,
-                  rq.mult, rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off, col_off, out32, out8)
+    call_parallel(gemm_driver(path), read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0),
+                  words, read_only(ub), need_rowsum, q_w, ks, m_total, n_total, mb, nb, threads.get_num_threads(), rterm,
+                  cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off,
+                  col_off, out32, out8)
     return out

@@ -51,6 +51,7 @@ from .. import dtypes
 from ..dtypes import ElementType
 from ..granularity import Granularity
 from . import output_pool, threads
+from ._arguments import read_only
 
 # numba is a dependency, but importing it costs more than `import qlinear` may: it is imported by the
 # first kernel call (`_numba`), and its absence only means the reference runs.
@@ -258,7 +259,8 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
         else:
             zp = _flat(y_zero_point).astype(wide)  # exact: every integer zero point fits the wide type
         lo, hi, mask = _int_output_constants(output, wide)
-        threads.run_chunked(nb._q_int_serial, n, xin, scale, zp, out_k, *geometry, tag, lo, hi, mask)
+        threads.run_chunked(nb._q_int_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+                            tag, lo, hi, mask)
         return out
 
     if not output.is_small_float:
@@ -273,7 +275,8 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     else:
         zp = _converted(y_zero_point, precision, carrier)
         add_zp = nb.ZP_ADD_NAN if np.isnan(zp).any() else nb.ZP_ADD
-    threads.run_chunked(nb._q_float_serial, n, xin, scale, zp, out_k, *geometry, tag, add_zp, fmt)
+    threads.run_chunked(nb._q_float_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+                        tag, add_zp, fmt)
     return out
 
 
@@ -329,5 +332,6 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
         return None
     zp_type, mask, sign, decoder = constants
     zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _converted(x_zero_point, zp_type)
-    threads.run_chunked(_numba()._dq_serial, n, xin, scale, zp, out_k, *geometry, mask, sign, decoder)
+    threads.run_chunked(_numba()._dq_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+                        mask, sign, decoder)
     return out
