@@ -201,11 +201,6 @@ def _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, ta
         j = 0
 
 
-@njit(**_JIT)
-def _q_int_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop):
-    _q_int_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, lo, hi, mask, start, stop)
-
-
 # -- quantize, float8/6/4 output
 # How the zero point is added, chosen by the argument's type (so at compile time: a runtime choice left a
 # branch in every vector iteration): none; + 0 when every zero point is +0 (which still turns -0 into +0, as
@@ -303,13 +298,6 @@ def _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, 
         j = 0
 
 
-@njit(**_JIT)
-def _q_float_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                    fmt, start, stop):
-    _q_float_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, tag, add_zp,
-                  fmt, start, stop)
-
-
 # -- dequantize
 @njit(**_JIT)
 def _dq_product(dx, sv):
@@ -381,11 +369,6 @@ def _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask,
                 j += n
         r += 1
         j = 0
-
-
-@njit(**_JIT)
-def _dq_serial(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop):
-    _dq_walk(x, s, zp, out, row_len, seg_len, per_element, rL, rA, rB, rC, mask, sign, decoder, start, stop)
 
 
 # -- parameters

@@ -259,7 +259,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
         else:
             zp = _flat(y_zero_point).astype(wide)  # exact: every integer zero point fits the wide type
         lo, hi, mask = _int_output_constants(output, wide)
-        threads.run_chunked(nb._q_int_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+        threads.run_chunked(nb._q_int_walk, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
                             tag, lo, hi, mask)
         return out
 
@@ -275,7 +275,7 @@ def quantize_linear(x, y_scale, y_zero_point, granularity: Granularity, output: 
     else:
         zp = _converted(y_zero_point, precision, carrier)
         add_zp = nb.ZP_ADD_NAN if np.isnan(zp).any() else nb.ZP_ADD
-    threads.run_chunked(nb._q_float_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+    threads.run_chunked(nb._q_float_walk, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
                         tag, add_zp, fmt)
     return out
 
@@ -332,6 +332,6 @@ def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, granularity
         return None
     zp_type, mask, sign, decoder = constants
     zp = np.zeros(scale.size, zp_type) if x_zero_point is None else _converted(x_zero_point, zp_type)
-    threads.run_chunked(_numba()._dq_serial, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
+    threads.run_chunked(_numba()._dq_walk, n, read_only(xin), read_only(scale), read_only(zp), out_k, *geometry,
                         mask, sign, decoder)
     return out
