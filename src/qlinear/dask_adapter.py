@@ -60,21 +60,17 @@ def _parameter_slice(param: np.ndarray | None, gran: Granularity, location) -> n
     return param[tuple(index)]
 
 
-def _quantize_chunk(chunk, block_info=None, *, scale, zero_point, gran, output, saturate, precision):
-    from .ops.quantize_linear import quantize_linear
-
+def _quantize_chunk(chunk, block_info=None, *, function, scale, zero_point, gran, output, saturate, precision):
     location = block_info[0]["array-location"]
-    return quantize_linear(
+    return function(
         chunk, _parameter_slice(scale, gran, location), _parameter_slice(zero_point, gran, location),
         **gran.attributes(), output_dtype=output.dtype, saturate=int(saturate), precision=precision,
     )
 
 
-def _dequantize_chunk(chunk, block_info=None, *, scale, zero_point, gran, output):
-    from .ops.quantize_linear import dequantize_linear
-
+def _dequantize_chunk(chunk, block_info=None, *, function, scale, zero_point, gran, output):
     location = block_info[0]["array-location"]
-    return dequantize_linear(
+    return function(
         chunk, _parameter_slice(scale, gran, location), _parameter_slice(zero_point, gran, location),
         **gran.attributes(), output_dtype=output.dtype,
     )
@@ -89,20 +85,23 @@ def _aligned(x, gran: Granularity, function: str):
     return x.rechunk({gran.axis: aligned})
 
 
-def quantize_linear(x, y_scale, y_zero_point, gran: Granularity, output: ElementType, saturate: bool,
+def quantize_linear(function, x, y_scale, y_zero_point, gran: Granularity, output: ElementType, saturate: bool,
                     division: np.dtype):
+    """``function`` (qlinear.quantize_linear: the caller passes it, so that this module imports no operator) on
+    each chunk of ``x``, lazily."""
     x = _aligned(x, gran, "quantize_linear")
     work = functools.partial(
-        _quantize_chunk, scale=np.asarray(y_scale), zero_point=None if y_zero_point is None else np.asarray(y_zero_point),
+        _quantize_chunk, function=function, scale=np.asarray(y_scale), zero_point=None if y_zero_point is None else np.asarray(y_zero_point),
         gran=gran, output=output, saturate=saturate, precision=np.dtype(division).name,
     )
     return x.map_blocks(work, dtype=output.dtype, meta=np.empty((0,) * x.ndim, output.dtype))
 
 
-def dequantize_linear(x, x_type: ElementType, x_scale, x_zero_point, gran: Granularity, output: ElementType):
+def dequantize_linear(function, x, x_type: ElementType, x_scale, x_zero_point, gran: Granularity, output: ElementType):
+    """``function`` (qlinear.dequantize_linear) on each chunk of ``x``, lazily."""
     x = _aligned(x, gran, "dequantize_linear")
     work = functools.partial(
-        _dequantize_chunk, scale=np.asarray(x_scale),
+        _dequantize_chunk, function=function, scale=np.asarray(x_scale),
         zero_point=None if x_zero_point is None else np.asarray(x_zero_point), gran=gran, output=output,
     )
     return x.map_blocks(work, dtype=output.dtype, meta=np.empty((0,) * x.ndim, output.dtype))
@@ -126,36 +125,28 @@ def _tf_whole_axis(x, axis):
     return x
 
 
-def _tf_quantize_chunk(chunk, *, min_range, max_range, T, kwargs):
-    from .tf.quantize import quantize_v2
-
-    return quantize_v2(chunk, min_range, max_range, T, **kwargs)[0]
+def _tf_quantize_chunk(chunk, *, function, min_range, max_range, T, kwargs):
+    return function(chunk, min_range, max_range, T, **kwargs)[0]
 
 
-def _tf_dequantize_chunk(chunk, *, min_range, max_range, kwargs):
-    from .tf.quantize import dequantize
-
-    return dequantize(chunk, min_range, max_range, **kwargs)
+def _tf_dequantize_chunk(chunk, *, function, min_range, max_range, kwargs):
+    return function(chunk, min_range, max_range, **kwargs)
 
 
-def tf_quantize_v2(x, min_range, max_range, T, **kwargs):
-    """qlinear.tf.quantize_v2 on a dask array: the output lazily, chunk by chunk; output_min and
-    output_max (which depend on the ranges only) as NumPy values, computed now."""
-    from .tf.quantize import quantize_v2
-
+def tf_quantize_v2(quantize_v2, x, min_range, max_range, T, **kwargs):
+    """``quantize_v2`` (qlinear.tf.quantize_v2, passed by the caller) on a dask array: the output lazily, chunk by
+    chunk; output_min and output_max (which depend on the ranges only) as NumPy values, computed now."""
     min_range, max_range = np.asarray(min_range), np.asarray(max_range)
     proxy, out_min, out_max = quantize_v2(_tf_proxy(x, kwargs.get("axis", -1)), min_range, max_range, T, **kwargs)
     x = _tf_whole_axis(x, kwargs.get("axis", -1))
-    work = functools.partial(_tf_quantize_chunk, min_range=min_range, max_range=max_range, T=T, kwargs=kwargs)
+    work = functools.partial(_tf_quantize_chunk, function=quantize_v2, min_range=min_range, max_range=max_range, T=T, kwargs=kwargs)
     return x.map_blocks(work, dtype=proxy.dtype, meta=np.empty((0,) * x.ndim, proxy.dtype)), out_min, out_max
 
 
-def tf_dequantize(x, min_range, max_range, **kwargs):
-    """qlinear.tf.dequantize on a dask array, lazily, chunk by chunk."""
-    from .tf.quantize import dequantize
-
+def tf_dequantize(dequantize, x, min_range, max_range, **kwargs):
+    """``dequantize`` (qlinear.tf.dequantize) on a dask array, lazily, chunk by chunk."""
     min_range, max_range = np.asarray(min_range), np.asarray(max_range)
     proxy = dequantize(_tf_proxy(x, kwargs.get("axis", -1)), min_range, max_range, **kwargs)
     x = _tf_whole_axis(x, kwargs.get("axis", -1))
-    work = functools.partial(_tf_dequantize_chunk, min_range=min_range, max_range=max_range, kwargs=kwargs)
+    work = functools.partial(_tf_dequantize_chunk, function=dequantize, min_range=min_range, max_range=max_range, kwargs=kwargs)
     return x.map_blocks(work, dtype=proxy.dtype, meta=np.empty((0,) * x.ndim, proxy.dtype))

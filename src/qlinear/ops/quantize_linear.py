@@ -216,7 +216,7 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, outp
     if type(x) is not np.ndarray and is_dask_array(x):
         if out is not None:
             raise _out.dask_error(_Q)
-        return dask_adapter.quantize_linear(x, y_scale, y_zero_point, gran, output, saturate, division)
+        return dask_adapter.quantize_linear(quantize_linear, x, y_scale, y_zero_point, gran, output, saturate, division)
     buffer = None
     if out is not None:
         buffer = _out.check(_Q, out, x.shape, output.dtype, {"x": x, "y_scale": y_scale, "y_zero_point": y_zero_point},
@@ -289,7 +289,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     if type(x) is not np.ndarray and is_dask_array(x):
         if out is not None:
             raise _out.dask_error(_DQ)
-        return dask_adapter.dequantize_linear(x, x_type, x_scale, x_zero_point, gran, output)
+        return dask_adapter.dequantize_linear(dequantize_linear, x, x_type, x_scale, x_zero_point, gran, output)
     buffer = None
     if out is not None:
         buffer = _out.check(_DQ, out, x.shape, output.dtype, {"x": x, "x_scale": x_scale, "x_zero_point": x_zero_point},

@@ -222,7 +222,7 @@ def quantize_v2(
         if out is not None:
             raise _out.dask_error(func, "input")
         return dask_adapter.tf_quantize_v2(
-            input, min_range, max_range, T, mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis,
+            quantize_v2, input, min_range, max_range, T, mode=mode, round_mode=round_mode, narrow_range=narrow_range, axis=axis,
             ensure_minimum_range=ensure_minimum_range, strict=strict)
     x = _float_input(func, input)
     dtype = resolve_quantized_type(T, func)
@@ -339,7 +339,7 @@ def dequantize(
     if type(input) is not np.ndarray and is_dask_array(input):
         if out is not None:
             raise _out.dask_error(func, "input")
-        return dask_adapter.tf_dequantize(input, min_range, max_range, mode=mode, narrow_range=narrow_range,
+        return dask_adapter.tf_dequantize(dequantize, input, min_range, max_range, mode=mode, narrow_range=narrow_range,
                                           axis=axis, dtype=dtype, strict=strict)
     if not hasattr(input, "dtype"):
         raise TypeError(
