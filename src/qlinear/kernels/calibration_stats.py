@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ._arguments import read_only
 from .quantize_linear import kernels_enabled
 
 _CHUNK = 1 << 16  # the references bin this many values at once: bounds their temporaries (~1 MB)
@@ -89,9 +90,9 @@ def add_bins(flat: np.ndarray, width: float, lo: int, counts: np.ndarray, all_fi
         return
     inverse = 1.0 / width  # a power of two too, unless it overflows (width subnormal): then divide
     if all_finite and x.dtype == np.float32 and math.isfinite(inverse) and x.size < 2**31:
-        outside, _ = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
+        outside, _ = _numba().add_bins_in_window32(read_only(x), inverse, int(lo), counts)
     else:
-        outside = _numba().add_bins(x, float(width), inverse if math.isfinite(inverse) else 0.0, int(lo), counts)
+        outside = _numba().add_bins(read_only(x), float(width), inverse if math.isfinite(inverse) else 0.0, int(lo), counts)
     if outside:
         raise ValueError(f"add_bins: {outside} values fall outside the {len(counts)} bins from {lo}")
 
@@ -107,7 +108,7 @@ def observe_in_window(flat: np.ndarray, width: float, lo: int, counts: np.ndarra
     if not kernels_enabled() or flat.dtype != np.float32 or not math.isfinite(inverse) or flat.size >= 2**31:
         return None
     x = np.ascontiguousarray(flat)
-    outside, zeros = _numba().add_bins_in_window32(x, inverse, int(lo), counts)
+    outside, zeros = _numba().add_bins_in_window32(read_only(x), inverse, int(lo), counts)
     if outside:
         return None
     return int(zeros), min(low, float(x.min())) + 0.0, max(high, float(x.max())) + 0.0
@@ -226,7 +227,7 @@ def agreement(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     b = _kernel_input(np.asarray(y).reshape(-1))
     if a is None or b is None or a.dtype != b.dtype:
         return agreement_reference(x, y)
-    signal, noise = _numba().squares(a, b)
+    signal, noise = _numba().squares(read_only(a), read_only(b))
     if noise != noise:
         return float(signal), float(noise), math.nan
     # numba does not vectorize a float maximum; NumPy does, in the inputs' type a chunk at a time. Rounding is

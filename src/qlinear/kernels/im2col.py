@@ -29,6 +29,7 @@ import numpy as np
 from qlinear.kernels import _fallback
 from qlinear.kernels import integer_gemm as ig
 from qlinear.kernels import weight_packing
+from qlinear.kernels._arguments import read_only
 
 if ig.HAVE_NUMBA:
     from numba import njit, prange
@@ -1384,7 +1385,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         ig.call_parallel(fused, p_w, ks, m_g, plan.q_total, mb, nb, n_workers, src, plan.koff, k_total,
                          virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
                          out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
-                         rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, mult, rq.rs, 0, rq.mode,
+                         rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult), rq.rs, 0, rq.mode,
                          rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off, out32, out8)
     return out
 

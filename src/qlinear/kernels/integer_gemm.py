@@ -601,7 +601,7 @@ def acc_bound(abs_colsum, colsum_max: int, x_abs_max: int, bias) -> int:
     the row-wise maximum instead. Per call: the full NumPy form cost ~5 us."""
     quick = colsum_max * x_abs_max
     if bias is not None:
-        quick += int(_int_abs_max(bias))
+        quick += int(_int_abs_max(read_only(bias)))
     if quick < 2**29:
         return quick
     b = abs_colsum * np.int64(x_abs_max)
@@ -690,7 +690,7 @@ class Requant:
         acc_bound: a bound on |acc| over every possible input (the caller's worst case)."""
         if self.mode != 1 or not self._short_mult or acc_bound >= 2**29:
             return
-        m_max = float(_float_abs_max(self.mult))
+        m_max = float(_float_abs_max(read_only(self.mult)))
         if acc_bound * m_max + abs(self.yzp) < 2**31 - 2:
             self.mode = 3
 

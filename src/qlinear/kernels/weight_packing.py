@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from qlinear.kernels._arguments import read_only
+
 try:  # numba is a dependency, but the BLAS path (and these references) must work without it
     from qlinear.kernels import ensure_fresh_numba_cache
 
@@ -178,8 +180,8 @@ def stats(w: np.ndarray, zero_point: np.ndarray, along: str) -> tuple[np.ndarray
     n = w.shape[0] if along == "rows" else w.shape[1]
     abs_sum = np.zeros(n, np.int64)
     total = np.zeros(n, np.int64)
-    zp = np.ascontiguousarray(zero_point, np.int64)
-    w = np.ascontiguousarray(w)
+    zp = read_only(np.ascontiguousarray(zero_point, np.int64))
+    w = read_only(np.ascontiguousarray(w))
     if along == "rows":
         for start in range(0, max(w.shape[1], 1), _ROW_RUN):
             _stats_rows(w[:, start:start + _ROW_RUN], zp, abs_sum, total)
@@ -194,7 +196,7 @@ def pack(w: np.ndarray, along: str, g: int, tile: int) -> tuple[np.ndarray, int]
     """`pack_reference`, in one pass (numba) when it is there."""
     if not HAVE_NUMBA:
         return pack_reference(w, along, g, tile)
-    w = np.ascontiguousarray(w)
+    w = read_only(np.ascontiguousarray(w))  # one compiled form for the read-only and the writable arrays
     k = w.shape[1] if along == "rows" else w.shape[0]
     n = w.shape[0] if along == "rows" else w.shape[1]
     ks = _groups(k, g)
