@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from qlinear.kernels import im2col
 from qlinear.kernels import integer_gemm as ig
-from suite import examples, kernel_paths
+from suite import examples, kernel_paths, other_paths
 
 PATHS = kernel_paths(ig.available_paths())
 I8, U8 = np.int8, np.uint8
@@ -609,3 +609,18 @@ def test_weights_of_one_shape_share_a_plan_but_not_their_zero_points_or_row_term
             np.testing.assert_array_equal(got, expected)
     plans = {id(weight_plan.plan) for _, _, packed in sets for weight_plan in packed.plans.values()}
     assert len(plans) == 1
+
+
+@pytest.mark.parametrize("other", other_paths(ig.available_paths()))
+def test_other_paths_convolve_like_direct_int64(other):
+    """AVX2, which the default run otherwise leaves to --full, on the convolution shapes that take different
+    packers (3x3 padded, strided 5x5 phase split, 1x1 in place, depthwise, the stem), against the int64 direct
+    convolution (see suite.other_paths)."""
+    rng = np.random.default_rng(4)
+    for case in (CASES[0], CASES[13], CASES[12], CASES[4], CASES[7]):
+        xs, ws, group, strides, dil, pb, pe = case
+        x, w = rand(rng, xs, U8), rand(rng, ws, I8)
+        za, zw = rand(rng, (), U8), rand(rng, (ws[0],), I8)
+        bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
+        got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), bias, geo(strides, dil, pb, pe), path=other)
+        np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe))

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qlinear.kernels import integer_gemm as ig
-from suite import examples, kernel_paths
+from suite import examples, kernel_paths, other_paths
 
 PATHS = kernel_paths(ig.available_paths())
 I8, U8 = np.int8, np.uint8
@@ -388,3 +388,22 @@ def test_word_packer_matches_byte_packer(m, k, xor, need_sum):
     np.testing.assert_array_equal(got_p, np.where(layout >= 2**31, layout - 2**32, layout).astype(np.int32))
     if need_sum:
         np.testing.assert_array_equal(got_s[:m], flipped.sum(axis=1).astype(np.int32))
+
+
+@pytest.mark.parametrize("other", other_paths(ig.available_paths()))
+def test_other_paths_match_int64(other):
+    """AVX2, which the default run otherwise leaves to --full (what CPUs without VNNI run), on a few products and
+    both requantizations, against the int64 oracle (see suite.other_paths)."""
+    rng = np.random.default_rng(3)
+    for (m, k, n), (adt, wdt) in [((5, 7, 3), (U8, I8)), ((37, 129, 45), (I8, U8)), ((13, 1001, 70), (U8, U8)),
+                                  ((8, 4, 32), (I8, I8))]:
+        a, w = rand(rng, (m, k), adt), rand(rng, (k, n), wdt)
+        za, zw = rand(rng, (m,), adt), rand(rng, (n,), wdt)
+        bias = rng.integers(-(2**20), 2**20, n).astype(np.int32)
+        pw = ig.pack_weights(w, zw)
+        np.testing.assert_array_equal(ig.gemm(a, za, pw, bias, path=other), oracle(a, za, w, zw, bias))
+        acc = oracle(a, za[0], w, zw)
+        mult = (rng.random(n) * 1e-3).astype(np.float32)
+        for mode in ("float64", "float32"):
+            got = ig.gemm(a, za[0], pw, requant=(mult, U8(7), U8, mode), path=other)
+            np.testing.assert_array_equal(got, requant_oracle(acc, mult, 7, U8, mode))
