@@ -122,13 +122,26 @@ if HAVE_NUMBA:
                 for s in range(ks):
                     packed[base + s * tile + r] = src[s] ^ xorword
 
+    @njit(cache=True, inline="always")
+    def _lane(byte, xor, j, g):
+        """Weight byte ``byte`` (^ ``xor``) as the signed value of lane ``j`` of an int32 group: a byte for
+        g == 4, a sign-extended int16 for g == 2; the group's other bits zero."""
+        b = np.int64(byte ^ xor)
+        if b >= 128:
+            b -= 256
+        if g == 4:
+            return (b & np.int64(0xFF)) << (8 * j)
+        return (b & np.int64(0xFFFF)) << (16 * j)
+
+    @njit(cache=True, inline="always")
+    def _int32(v):
+        return np.int32(v if v < 2**31 else v - 2**32)
+
     @njit(cache=True)
     def _pack_rows_bytes(w, xor, g, tile, ks, packed):
         """Any K, either group size: byte by byte, signed, sign-extended to int16 for g == 2."""
         n, k = w.shape
         npan = (n + tile - 1) // tile
-        shift = 8 if g == 4 else 16
-        mask = np.int64(0xFF) if g == 4 else np.int64(0xFFFF)
         for pan in range(npan):
             base = pan * ks * tile
             for r in range(tile):
@@ -137,21 +150,15 @@ if HAVE_NUMBA:
                     v = np.int64(0)
                     if m < n:
                         for j in range(g):
-                            kk = s * g + j
-                            if kk < k:
-                                b = np.int64(w[m, kk] ^ xor)
-                                if b >= 128:
-                                    b -= 256
-                                v |= (b & mask) << (shift * j)
-                    packed[base + s * tile + r] = np.int32(v if v < 2**31 else v - 2**32)
+                            if s * g + j < k:
+                                v |= _lane(w[m, s * g + j], xor, j, g)
+                    packed[base + s * tile + r] = _int32(v)
 
     @njit(cache=True)
     def _pack_cols(w, xor, g, tile, ks, packed):
         """Columns: group j of a column takes the bytes of rows s*g+j, signed, sign-extended for g == 2."""
         k, n = w.shape
         npan = (n + tile - 1) // tile
-        shift = 8 if g == 4 else 16
-        mask = np.int64(0xFF) if g == 4 else np.int64(0xFFFF)
         for pan in range(npan):
             c0 = pan * tile
             cols = min(tile, n - c0)
@@ -165,12 +172,8 @@ if HAVE_NUMBA:
                         break
                     row = w[kk]
                     for t in range(cols):
-                        b = np.int64(row[c0 + t] ^ xor)
-                        if b >= 128:
-                            b -= 256
                         v = np.int64(packed[base + t]) & np.int64(0xFFFFFFFF)
-                        v |= (b & mask) << (shift * j)
-                        packed[base + t] = np.int32(v if v < 2**31 else v - 2**32)
+                        packed[base + t] = _int32(v | _lane(row[c0 + t], xor, j, g))
 
 
 def stats(w: np.ndarray, zero_point: np.ndarray, along: str) -> tuple[np.ndarray, np.ndarray]:
