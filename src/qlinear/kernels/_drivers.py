@@ -17,8 +17,8 @@ from numba import njit, prange  # noqa: E402
 from qlinear.kernels._atomics import fetch_add, load_acquire, store_release
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
-from qlinear.kernels.im2col import _pack_panel_strided, _pack_panel_virtual
-from qlinear.kernels.integer_gemm import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
+from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
+from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual
 
 
 @njit(cache=True, inline="always")

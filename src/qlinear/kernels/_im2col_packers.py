@@ -1,0 +1,292 @@
+"""The convolution's im2col packers (a panel of GEMM columns from the padded input, at stride 1 over "virtual"
+columns or strided) and the phase split of strided inputs: numba parts that the generated drivers (`_drivers`)
+and `im2col` both use, kept below both so that the drivers import nothing from the modules that call them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qlinear.kernels import ensure_fresh_numba_cache
+
+ensure_fresh_numba_cache()  # before any cached kernel loads
+from numba import njit, prange  # noqa: E402
+
+from qlinear.kernels._microkernel import pack_quad32, pack_quad32_stride2  # noqa: E402
+from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
+
+
+# The run loops below use slices indexed by a range() variable (numba then drops its negative-index
+# wrap-around, so LLVM sees contiguous or stride-2 accesses and vectorises with runtime alias checks),
+# and round the trip count up to a multiple of 32 lanes where that stays inside the panel's row: the
+# extra lanes are rewritten by a later run or by the zero fill of unused lanes, and the reads stay
+# inside xp thanks to its slack. Short trip counts would otherwise run in LLVM's scalar remainder loop.
+@njit(cache=True)
+def _quad_run(packed, d, xp, a0, a1, a2, a3, step, trip):
+    out = packed[d:d + trip]
+    if step == 1:
+        x0 = xp[a0:a0 + trip]
+        x1 = xp[a1:a1 + trip]
+        x2 = xp[a2:a2 + trip]
+        x3 = xp[a3:a3 + trip]
+        for t in range(trip):
+            out[t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(8))
+                              | (np.uint32(x2[t]) << np.uint32(16)) | (np.uint32(x3[t]) << np.uint32(24)))
+    else:
+        x0 = xp[a0:a0 + 2 * trip]
+        x1 = xp[a1:a1 + 2 * trip]
+        x2 = xp[a2:a2 + 2 * trip]
+        x3 = xp[a3:a3 + 2 * trip]
+        for t in range(trip):
+            out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(8))
+                              | (np.uint32(x2[2 * t]) << np.uint32(16)) | (np.uint32(x3[2 * t]) << np.uint32(24)))
+
+@njit(cache=True)
+def _colsum_run(colsum, c, xp, a0, a1, a2, a3, trip):
+    """colsum[c + t] += xp[a0 + t] + xp[a1 + t] (+ xp[a2 + t] + xp[a3 + t] unless a2 < 0) for t < trip.
+
+    A function of its own, not inlined: its slices in the packers' K-step loop cost ~40 cycles per step
+    even when the branch holding them never ran (numba's reference counting of the variables; 3x3 64 @56:
+    packing 211 -> 111 us)."""
+    cs = colsum[c:c + trip]
+    x0 = xp[a0:a0 + trip]
+    x1 = xp[a1:a1 + trip]
+    if a2 < 0:
+        for t in range(trip):
+            cs[t] += np.int32(x0[t]) + np.int32(x1[t])
+        return
+    x2 = xp[a2:a2 + trip]
+    x3 = xp[a3:a3 + trip]
+    for t in range(trip):
+        cs[t] += np.int32(x0[t]) + np.int32(x1[t]) + np.int32(x2[t]) + np.int32(x3[t])
+
+@njit(cache=True)
+def _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln):
+    """packed[d + t] = the 4 bytes xp[src + t*sw + k_j] (2 int16 halves if k2 < 0) for t0 <= t < ln: the
+    scalar form of the packers' runs (strides past 2). Not inlined, like _colsum_run."""
+    for t in range(t0, ln):
+        o = src + t * sw
+        if k2 < 0:
+            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(16)))
+        else:
+            packed[d + t] = np.int32(np.uint32(xp[o + k0]) | (np.uint32(xp[o + k1]) << np.uint32(8))
+                                     | (np.uint32(xp[o + k2]) << np.uint32(16))
+                                     | (np.uint32(xp[o + k3]) << np.uint32(24)))
+
+@njit(cache=True)
+def _colsum_strided(colsum, c, xp, src, sw, k0, k1, k2, k3, ln):
+    """colsum[c + t] += the bytes xp[src + t*sw + k_j] (k0, k1 only if k2 < 0) for t < ln."""
+    for t in range(ln):
+        o = src + t * sw
+        v = np.int32(xp[o + k0]) + np.int32(xp[o + k1])
+        if k2 >= 0:
+            v += np.int32(xp[o + k2]) + np.int32(xp[o + k3])
+        colsum[c + t] += v
+
+@njit(cache=True)
+def _pair_run(packed, d, xp, a0, a1, step, trip):
+    out = packed[d:d + trip]
+    if step == 1:
+        x0 = xp[a0:a0 + trip]
+        x1 = xp[a1:a1 + trip]
+        for t in range(trip):
+            out[t] = np.int32(np.uint32(x0[t]) | (np.uint32(x1[t]) << np.uint32(16)))
+    else:
+        x0 = xp[a0:a0 + 2 * trip]
+        x1 = xp[a1:a1 + 2 * trip]
+        for t in range(trip):
+            out[t] = np.int32(np.uint32(x0[2 * t]) | (np.uint32(x1[2 * t]) << np.uint32(16)))
+
+@njit(cache=True, parallel=True)
+def _phase_split(xp, out, n_img, c_in, hp, wp, ph_list, kw_n, dw, sh, sw, hs, ow_n):
+    """Strided convolutions (2-D): out[n][phase][kw][c][i][ow] = xp[n][c][sh*i + ph][sw*ow + kw*dw].
+
+    In this layout the im2col row of tap (c, kh, kw) is one contiguous run over the output positions
+    (oh, ow): phase ph = kh*dh % sh, starting at row i = kh*dh // sh. So the virtual-column packer
+    packs it with one vector run per K step, and the strided gather happens once per input element
+    and kw instead of once per (c, kh, kw) row of im2col."""
+    n_ph = ph_list.size
+    for task in prange(n_img * n_ph * kw_n * c_in):
+        use_512_bit_vectors()  # the loop bodies run in numba's parfor function
+        c = task % c_in
+        t2 = task // c_in
+        kw = t2 % kw_n
+        t3 = t2 // kw_n
+        phi = t3 % n_ph
+        n = t3 // n_ph
+        ph = ph_list[phi]
+        src_plane = (n * c_in + c) * hp * wp + kw * dw
+        dst = task * hs * ow_n
+        ow_r = (ow_n + 31) // 32 * 32
+        for i in range(hs):
+            r = sh * i + ph
+            # rows of 7..56 would run in LLVM's scalar remainder loop: write 32-lane multiples, spilling
+            # into the next row of this task (written after it), never past the task's block
+            trip = min(ow_r, (hs - i) * ow_n)
+            o = out[dst + i * ow_n:dst + i * ow_n + trip]
+            if r >= hp:
+                for t in range(trip):
+                    o[t] = 0
+                continue
+            base = src_plane + r * wp
+            if sw == 1:
+                row = xp[base:base + trip]
+                for t in range(trip):
+                    o[t] = row[t]
+            elif sw == 2:
+                row = xp[base:base + 2 * trip]
+                for t in range(trip):
+                    o[t] = row[2 * t]
+            else:
+                for t in range(ow_n):
+                    o[t] = xp[base + sw * t]
+
+@njit(cache=True, inline="always")
+def _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, chan_off, pan_per_img, need_sum):
+    """Panel pan of the im2col for stride-1 convolutions, over "virtual" columns: column l of an image is the
+    output position whose window starts at input offset l of the padded plane (l = od*Hp*Wp + oh*Wp + ow,
+    ow < Wp), so every K row of a panel is one contiguous run of the input and a panel is packed with one
+    vector run per K step. Columns with ow >= OW (or oh >= OH) are computed and never stored. The panel's NR
+    columns (of image pan // pan_per_img) go to packed as [ksteps][NR] int32 groups of g bytes, their sums
+    to colsum[pan * NR:]."""
+    for t in range(nr):
+        colsum[pan * nr + t] = 0
+    ks = (k + g - 1) // g
+    kfull = k // g
+    xsize = xp.size
+    n = pan // pan_per_img
+    src = n * img_stride + chan_off + (pan - n * pan_per_img) * nr
+    base = pan * ks * nr
+    for s in range(ks):
+        dst0 = base + s * nr
+        if s < kfull:
+            # the reads of the last panel of the last image may run past xp: shorten that run (the
+            # columns it drops are past the last output position, never stored)
+            trip = min(nr, xsize - src - koff[s * g + g - 1])
+            if g == 4:
+                if trip == 32:
+                    pack_quad32(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                src + koff[4 * s + 2], src + koff[4 * s + 3])
+                else:
+                    _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                              src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
+                if need_sum:
+                    _colsum_run(colsum, pan * nr, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                src + koff[4 * s + 2], src + koff[4 * s + 3], trip)
+            else:
+                _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
+                if need_sum:
+                    _colsum_run(colsum, pan * nr, xp, src + koff[2 * s], src + koff[2 * s + 1], -1, -1, trip)
+        else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+            shift = 32 // g
+            for t in range(nr):
+                v = np.uint32(0)
+                tot = np.int32(0)
+                for j in range(k - s * g):
+                    o = src + koff[s * g + j] + t
+                    if o < xsize:
+                        b = xp[o]
+                        v |= np.uint32(b) << np.uint32(shift * j)
+                        tot += np.int32(b)
+                packed[dst0 + t] = np.int32(v)
+                if need_sum:
+                    colsum[pan * nr + t] += tot
+
+@njit(cache=True, inline="always")
+def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, img_stride, chan_off,
+                        od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum):
+    """Panel pan of the im2col of the padded uint8 input: [ksteps][NR] int32 groups of g bytes of columns
+    pan * NR... (column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input
+    offset), its column sums in colsum[pan * NR:]. segs: (3, NR) int64 scratch."""
+    for t in range(nr):
+        colsum[pan * nr + t] = 0
+    per_img = od_n * oh_n * ow_n
+    q_total = n_img * per_img
+    ks = (k + g - 1) // g
+    kfull = k // g
+    seg_lane = segs[0]
+    seg_len = segs[1]
+    seg_src = segs[2]
+    nseg = 0
+    lane = 0
+    q = pan * nr
+    while lane < nr and q < q_total:
+        n = q // per_img
+        p = q - n * per_img
+        ow = p % ow_n
+        t = p // ow_n
+        oh = t % oh_n
+        od = t // oh_n
+        length = min(ow_n - ow, nr - lane, q_total - q)
+        seg_lane[nseg] = lane
+        seg_len[nseg] = length
+        seg_src[nseg] = n * img_stride + chan_off + od * sd * hpwp + oh * sh * wp + ow * sw
+        nseg += 1
+        lane += length
+        q += length
+    valid = lane
+    base = pan * ks * nr
+    for s in range(ks):
+        dst0 = base + s * nr
+        if s < kfull and g == 4:
+            k0 = koff[4 * s]
+            k1 = koff[4 * s + 1]
+            k2 = koff[4 * s + 2]
+            k3 = koff[4 * s + 3]
+            for sg in range(nseg):
+                src = seg_src[sg]
+                d = dst0 + seg_lane[sg]
+                ln = seg_len[sg]
+                t0 = 0
+                if sw <= 2:
+                    # a 32-lane group may run past the segment, even past this K step's lanes: the
+                    # lanes it overwrites are written again by later segments and K steps (or are
+                    # past the last column, never stored), so only the panel's end limits it. Short
+                    # segments (7-pixel rows of a 7x7 output) then take the vector intrinsic too
+                    # (3x3 512 @7 batch 8: packing 1.21 -> 0.57 ms)
+                    if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                        pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                    elif ln <= 32 and d + 32 <= base + ks * nr:
+                        pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                    else:
+                        trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                        _quad_run(packed, d, xp, src + k0, src + k1, src + k2, src + k3, sw, trip)
+                    t0 = ln
+                if t0 < ln:
+                    _quad_strided(packed, d, xp, src, sw, k0, k1, k2, k3, t0, ln)
+                if need_sum:
+                    _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, k2, k3, ln)
+        elif s < kfull and g == 2:
+            k0 = koff[2 * s]
+            k1 = koff[2 * s + 1]
+            for sg in range(nseg):
+                src = seg_src[sg]
+                d = dst0 + seg_lane[sg]
+                ln = seg_len[sg]
+                t0 = 0
+                if sw <= 2:
+                    trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                    _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
+                    t0 = ln
+                if t0 < ln:
+                    _quad_strided(packed, d, xp, src, sw, k0, k1, -1, -1, t0, ln)
+                if need_sum:
+                    _colsum_strided(colsum, pan * nr + seg_lane[sg], xp, src, sw, k0, k1, -1, -1, ln)
+        else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
+            shift = 32 // g
+            for sg in range(nseg):
+                src = seg_src[sg]
+                d = dst0 + seg_lane[sg]
+                cs = pan * nr + seg_lane[sg]
+                for t in range(seg_len[sg]):
+                    o = src + t * sw
+                    v = np.uint32(0)
+                    tot = np.int32(0)
+                    for j in range(k - s * g):
+                        b = xp[o + koff[s * g + j]]
+                        v |= np.uint32(b) << np.uint32(shift * j)
+                        tot += np.int32(b)
+                    packed[d + t] = np.int32(v)
+                    if need_sum:
+                        colsum[cs + t] += tot
+        for ln in range(valid, nr):
+            packed[dst0 + ln] = 0
