@@ -93,13 +93,13 @@ def test_calibration_and_comparison_in_segments(tmp_path, monkeypatch):
     samples = np.random.default_rng(2).standard_normal((3, 3, 8, 8)).astype(np.float32)
     np.savez(tmp_path / "calib.npz", x=samples)
     data = CalibrationData.open([tmp_path / "calib.npz"], ["x"])
-    monkeypatch.setattr(activation_calibration, "GROUP_BYTES", 300)
-    monkeypatch.setattr(Segments.__init__, "__defaults__", (300, None))
+    monkeypatch.setattr(activation_calibration, "GROUP_BYTES", 300)  # several segments
     observers = collect(model, NAMES, data)
     runs = [_whole(model, NAMES, {"x": samples[i:i + 1]}) for i in range(3)]
     for name in NAMES:
         assert observers[name].min == min(float(r[name].min()) for r in runs), name
         assert observers[name].max == max(float(r[name].max()) for r in runs), name
+    assert len(Segments(model, NAMES, {"x": samples[:1]}).segments) > 2
     agreements = compare(model, model, NAMES, data)
     for name in NAMES:
         assert agreements[name].noise == 0.0 and agreements[name].signal > 0.0, name

@@ -136,8 +136,10 @@ class Segments:
     ``run(feeds)`` yields each segment's ``{name: array}``. The sessions are made on the first call, a
     segment at a time: a segment's inputs are typed after the arrays the one before it produced."""
 
-    def __init__(self, model, names: list[str], feeds: dict, budget: int = GROUP_BYTES, cut=None):
+    def __init__(self, model, names: list[str], feeds: dict, budget: int | None = None, cut=None):
         from onnx import ModelProto
+
+        budget = GROUP_BYTES if budget is None else budget
 
         graph = model.graph
         stored = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
