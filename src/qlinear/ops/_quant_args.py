@@ -97,6 +97,13 @@ def _positive_finite(value: np.ndarray) -> bool:
     return bool(float(value.min()) > 0.0) and math.isfinite(float(value.max()))
 
 
+def check_multiplier(func: str, multiplier: np.ndarray, names: str) -> None:
+    """The requantization multiplier ``names`` (x_scale * w_scale / y_scale, say) must be finite: one reduction
+    (NaN propagates through max; the float64 copy and isfinite/all it replaced cost ~10 us a call)."""
+    if multiplier.size and not math.isfinite(float(np.max(np.abs(multiplier)))):
+        raise ValueError(f"{func}: {names} overflows {multiplier.dtype}; the requantization multiplier must be finite")
+
+
 def is_per_tensor(value: np.ndarray) -> bool:
     """A scalar, or a 1-D tensor of one element (ONNX models often store scalars as shape (1,))."""
     return value.ndim == 0 or (value.ndim == 1 and value.shape[0] == 1)

@@ -9,7 +9,6 @@ QLinearConv's requantization fused into their store; more spatial dimensions run
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,12 +224,6 @@ def _check_requantize_mode(func: str, requantize_mode) -> None:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize_mode!r}")
 
 
-def _check_multiplier(func: str, multiplier: np.ndarray, names: str) -> None:
-    # one reduction (NaN propagates through max); the float64 copy and isfinite/all it replaced cost ~10 us a call
-    if multiplier.size and not math.isfinite(float(np.max(np.abs(multiplier)))):
-        raise ValueError(f"{func}: {names} overflows its float type; the requantization multiplier must be finite")
-
-
 def qlinear_conv(
     x,
     x_scale,
@@ -286,7 +279,7 @@ def qlinear_conv(
     channel_shape = (1, out_channels) + (1,) * (x.ndim - 2)
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
         multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
-    _check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
+    qa.check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
     if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
         # the kernels fuse the requantization into their store (same arithmetic as the reference's)
         im2col = _im2col()

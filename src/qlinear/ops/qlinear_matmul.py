@@ -232,8 +232,7 @@ def qlinear_matmul(
 
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
         multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
-    if not np.all(np.isfinite(multiplier.astype(np.float64))):
-        raise ValueError(f"{func}: a_scale * b_scale / y_scale overflows {multiplier.dtype}; the requantization multiplier must be finite")
+    qa.check_multiplier(func, multiplier, "a_scale * b_scale / y_scale")
     if float8_operands:
         acc = _float8_accumulate(func, a2, a_zero_point, b2, b_zero_point)
         return _restore_vector_axes(requantize_to_output(acc, multiplier, y_zero_point), a, b)
