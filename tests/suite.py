@@ -59,3 +59,18 @@ def kernels_for(tf_type: str):
     from qlinear.kernels.quantize_linear import use_kernels
 
     return contextlib.nullcontext() if FULL or tf_type in DEFAULT_TF_TYPES else use_kernels(False)
+
+
+OUT_GARBAGE = 0xA5  # what an out= array holds before the call: an element the call does not write is caught
+
+
+def out_layouts(shape, dtype):
+    """[(layout, out, untouched)] for the out= tests: a C-contiguous out, and a strided one (every other column of
+    a wider array) whose neighbours, ``untouched``, must keep their bytes (OUT_GARBAGE)."""
+    import numpy as np
+
+    contiguous = np.empty(shape, dtype)
+    contiguous.view(np.uint8).fill(OUT_GARBAGE)
+    wide = np.empty(tuple(shape[:-1]) + (2 * shape[-1],), dtype)
+    wide.view(np.uint8).fill(OUT_GARBAGE)
+    return [("C", contiguous, None), ("strided", wide[..., ::2], wide[..., 1::2])]

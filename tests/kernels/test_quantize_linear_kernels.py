@@ -28,7 +28,7 @@ from qlinear import dtypes, schemas
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import threads
 from qlinear.ops import quantize_linear as ops
-from suite import examples
+from suite import OUT_GARBAGE, examples, out_layouts
 
 Q28 = schemas.schema_for("QuantizeLinear", None, "test")
 DQ28 = schemas.schema_for("DequantizeLinear", None, "test")
@@ -477,19 +477,6 @@ def test_dequantize_nan_zero_point_keeps_x_nan(granularity):
 OUT_GRANULARITIES = {"tensor": ((), 1, 0), "axis": ((6,), 0, 0), "block": ((6, 3), 1, 32)}
 OUT_QUANTIZED = ["uint8", "int8", "int16", "int4", "float8e4m3fn"]
 OUT_FLOATS = [np.float32, np.float16, ml_dtypes.bfloat16]
-_GARBAGE = 0xA5  # what out holds before the call: an element the call does not write is caught
-
-
-def _out_arrays(shape, dtype):
-    """[(layout, out, untouched)]: a C-contiguous out, and a strided one (every other column of a wider array)
-    whose neighbours, ``untouched``, must keep their bytes."""
-    contiguous = np.empty(shape, dtype)
-    contiguous.view(np.uint8).fill(_GARBAGE)
-    wide = np.empty(shape[:-1] + (2 * shape[-1],), dtype)
-    wide.view(np.uint8).fill(_GARBAGE)
-    return [("C", contiguous, None), ("strided", wide[..., ::2], wide[..., 1::2])]
-
-
 def _check_out(fn, kernels_on: bool, expected_dtype, *args, **kwargs):
     """``fn(..., out=out)`` returns out itself, holding the bits of ``fn(...)``, for each layout of out; with the
     kernels on, the reference is patched to fail (the kernel wrote the result) and the parallel path runs."""
@@ -501,12 +488,12 @@ def _check_out(fn, kernels_on: bool, expected_dtype, *args, **kwargs):
         with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
             expected = fn(*args, **kwargs)
             assert expected.dtype == np.dtype(expected_dtype)
-            for layout, out, untouched in _out_arrays(expected.shape, expected.dtype):
+            for layout, out, untouched in out_layouts(expected.shape, expected.dtype):
                 result = fn(*args, **kwargs, out=out)
                 assert result is out, layout
                 _assert_identical(np.ascontiguousarray(out), expected)
                 if untouched is not None:
-                    assert (np.ascontiguousarray(untouched).view(np.uint8) == _GARBAGE).all(), layout
+                    assert (np.ascontiguousarray(untouched).view(np.uint8) == OUT_GARBAGE).all(), layout
 
 
 @pytest.mark.parametrize("kernels_on", [True, False], ids=["kernels", "reference"])
