@@ -5,7 +5,7 @@ and its attributes as keywords with the ONNX defaults; `qlinear.tf` holds Tensor
 Dequantize.
 """
 
-from . import tf
+from . import mx, tf
 from .ops.dynamic import dynamic_quantize_linear
 from .errors import AccumulatorOverflowError
 from .kernels.output_pool import get_output_pool_limit, set_output_pool_limit
@@ -32,6 +32,7 @@ __all__ = [
     "set_output_pool_limit",
     "get_output_pool_limit",
     "tf",
+    "mx",
 ]
 __version__ = "0.1.0"
 
