@@ -63,6 +63,8 @@ examples:
   qlinear quantize model.onnx --dtype int8 --eval lines.npz --task ctc
   qlinear quantize weights.npz --dtype int8 -o weights-int8.npz
   qlinear quantize model.safetensors --dtype float8e4m3fn --exclude '*.embed*'
+  qlinear quantize examples/digits_mlp.onnx --dtype mxfp4 -o /tmp/digits_mlp-mxfp4.onnx --force
+  qlinear quantize examples/digits_mlp.onnx --dtype int4,mxfp4,nvfp4
 
 Defaults:
   which tensors  ONNX: the float weights of Conv, ConvTranspose, Gemm, MatMul (a constant operand),
@@ -93,6 +95,21 @@ A .zarr store (one array, or a group of arrays) gives a .zarr store with the sam
 tensor, quantized values one element per byte (never packed, so chunks stay independent), through
 dask chunk by chunk: larger-than-memory arrays are fine. --chunks SIZE does the same for tensor files.
 
+Microscaling formats (--dtype mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4;
+qlinear.mx): blocks of 32 (nvfp4: 16) along each weight's reduction axis, a power-of-two float8e8m0
+scale per block chosen by --scale-rule. ONNX models get a DequantizeLinear per weight with e8m0
+scales, block_size and output_dtype (opset 24; 28 for the float6 formats; MXINT8's implicit 2^-6 is
+folded into its scales); nvfp4 two: float8e4m3fn block scales times a float32 tensor scale, then
+the float4 codes in blocks of 16 (opset 23). onnxruntime 1.32 cannot run these, so the task figure
+is measured with `qlinear run`. A .safetensors file takes --dtype mxfp4 in gpt-oss's checkpoint
+layout (NAME.blocks: uint8, 16 bytes per block of 32 along the last axis; NAME.scales: the e8m0
+bytes), which `qlinear dequantize` reads back, as it reads gpt-oss's own checkpoints (to bfloat16).
+The other tensor files have no MX layout: a list compares the formats there.
+
+A list (--dtype int4,mxfp4,nvfp4) quantizes the same weights once per entry and reports, per tensor,
+the bytes and SQNR of each side by side, and for a model each one's task figure; nothing is written,
+so -o is refused.
+
 Labelled data (ONNX): a .npz with one array per model input (samples along the first axis) and
 'labels'; --task classify (argmax against integer labels), ctc (greedy CTC decoding with the model's
 'character' metadata against strings) or threshold (output > --threshold against 0/1 labels).
@@ -113,7 +130,13 @@ def _add_quantize(commands) -> None:
                    help="where to write (default: INPUT's name with the dtype added, beside INPUT)")
     p.add_argument("--dtype", required=True, metavar="TYPE",
                    help="the quantized type: int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8e4m3fn, "
-                   "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, float6e2m3, float6e3m2")
+                   "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, float6e2m3, float6e3m2; or a microscaling "
+                   "format (ONNX models; mxfp4 also .safetensors): mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4; or a "
+                   "comma-separated list of these (int4,mxfp4,nvfp4), which reports them side by side and writes "
+                   "nothing")
+    p.add_argument("--scale-rule", choices=("floor", "ceil", "even"),
+                   help="MX formats: how a block's power-of-two scale is chosen: floor (default, OCP MX v1.0: the "
+                   "block maximum may clip), ceil (never clips: cuBLAS, CUDA), even (torchao)")
     p.add_argument("--granularity", choices=("tensor", "axis", "block"),
                    help="one scale per tensor, per slice along the axis, or per block along the axis (default: axis "
                    "for 8- and 16-bit types, block for 6 bits and fewer; block when --block-size is given)")

@@ -4,6 +4,7 @@ output path chosen and checked, the format's pipeline run (`qlinear.io.pipeline`
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from .. import dtypes
@@ -12,22 +13,66 @@ from .atomic import check_output, check_output_store
 from .errors import UserError
 from .extras import require_dask
 from .formats import format_of
-from .plan import Settings, parse_chunks, quantized_types
+from .plan import MX_FORMATS, Settings, parse_chunks, quantized_types
 
 
-def parse_qtype(name: str):
+def parse_qtype(name: str, with_mx: bool = True):
     try:
         qtype = dtypes.resolve_dtype(name, "--dtype", "qlinear quantize")
     except (ValueError, TypeError):
         raise UserError(f"--dtype {name!r} is not a type name qlinear knows; the quantized types are "
-                        f"{', '.join(quantized_types())}") from None
+                        f"{', '.join(quantized_types())}{_and_mx(with_mx)}") from None
     if qtype.onnx_name not in quantized_types():
         raise UserError(f"--dtype {name!r}: {qtype.onnx_name} is not a quantized type; the quantized types are "
-                        f"{', '.join(quantized_types())}")
+                        f"{', '.join(quantized_types())}{_and_mx(with_mx)}")
     return qtype
 
 
+def _and_mx(with_mx: bool) -> str:
+    return f", and the MX formats {', '.join(MX_FORMATS)}" if with_mx else ""
+
+
+def parse_format(name: str):
+    """An MX format of `qlinear.mx` by its --dtype name (``mxfp4``, ``nvfp4``, ...), or None."""
+    if name.lower() not in MX_FORMATS:
+        return None
+    from .. import mx
+
+    return mx.FORMATS[name.lower()]
+
+
+def _mx_settings(args, fmt) -> Settings:
+    """--dtype MX_FORMAT: blocks of the format's size along each weight's reduction axis (or --axis),
+    symmetric by definition; the options that would change the format are refused."""
+    if args.granularity not in (None, "block"):
+        raise UserError(f"--dtype {fmt.name}: an MX format is blocked by definition, not --granularity "
+                        f"{args.granularity}")
+    if args.block_size is not None and args.block_size != fmt.block_size:
+        raise UserError(f"--dtype {fmt.name}: its blocks are {fmt.block_size} elements (the format fixes it), not "
+                        f"--block-size {args.block_size}")
+    if args.asymmetric:
+        raise UserError(f"--dtype {fmt.name}: an MX format is symmetric (a scale per block, no zero point); "
+                        f"--asymmetric does not apply")
+    if fmt.name == "nvfp4" and args.scale_rule is not None:
+        raise UserError("--scale-rule applies to the MX formats' power-of-two scales; nvfp4's block scales are "
+                        "float8e4m3fn, rounded to nearest")
+    for flag, given in (("--chunks", args.chunks), ("--plot", args.plot), ("--calibrate", args.calibrate)):
+        if given:
+            raise UserError(f"{flag} does not apply to --dtype {fmt.name} yet (the MX formats quantize weights "
+                            f"whole, in memory, for ONNX models)")
+    if args.min_elements is not None and args.min_elements < 0:
+        raise UserError(f"--min-elements must be >= 0, got {args.min_elements}")
+    return Settings(fmt.element, "block", args.axis, fmt.block_size, True, tuple(args.include), tuple(args.exclude),
+                    args.min_elements, True, None, False, mx=fmt, scale_rule=args.scale_rule)
+
+
 def parse_settings(args) -> Settings:
+    fmt = parse_format(args.dtype)
+    if fmt is not None:
+        return _mx_settings(args, fmt)
+    if args.scale_rule is not None:
+        raise UserError(f"--scale-rule applies to the MX formats ({', '.join(m for m in MX_FORMATS if m != 'nvfp4')}),"
+                        f" not --dtype {args.dtype}")
     qtype = parse_qtype(args.dtype)
     kind = args.granularity
     block_size = args.block_size
@@ -55,9 +100,9 @@ def parse_settings(args) -> Settings:
                     args.min_elements, True, chunks, bool(args.plot))
 
 
-def _default_output(source: Path, qtype, kind: str) -> Path:
+def _default_output(source: Path, settings: Settings, kind: str) -> Path:
     suffix = ".npz" if kind == "npy" else source.suffix
-    return source.with_name(f"{source.stem}.{qtype.onnx_name}{suffix}")
+    return source.with_name(f"{source.stem}.{settings.dtype_name}{suffix}")
 
 
 def _check_plot_support(args) -> None:
@@ -100,7 +145,7 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
         if given:
             raise UserError(f"{given[0]} applies to static quantization: give sample inputs with --calibrate DATA.npz")
         return None
-    activation_type = parse_qtype(args.activations or "uint8")
+    activation_type = parse_qtype(args.activations or "uint8", with_mx=False)
     if activation_type.bits < 8 or activation_type.onnx_name.startswith("float4") or activation_type.onnx_name.startswith("float6"):
         raise UserError(f"--activations {activation_type.onnx_name}: activations are uint8, int8, uint16, int16 or a "
                         f"float8 type")
@@ -117,17 +162,44 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
                                                  else {"report_samples": args.report_samples}))
 
 
+def _compare_command(args, source: Path, kind: str) -> int:
+    """--dtype A,B,...: every entry on the same weights, reported side by side; nothing is written."""
+    names = [name.strip() for name in args.dtype.split(",")]
+    if any(not name for name in names) or len(set(n.lower() for n in names)) != len(names):
+        raise UserError(f"--dtype {args.dtype!r}: a list names each type or format once, separated by commas")
+    if args.output is not None:
+        raise UserError(f"--dtype {args.dtype}: a list compares the types and writes nothing; give -o with a single "
+                        f"--dtype to write a file")
+    if kind == "zarr":
+        raise UserError("a --dtype list compares types on ONNX models and tensor files (.npy, .npz, .safetensors), "
+                        "not .zarr stores")
+    if args.plot or args.calibrate:
+        raise UserError(f"{'--plot' if args.plot else '--calibrate'} takes a single --dtype, not a list")
+    runs = [parse_settings(argparse.Namespace(**(vars(args) | {"dtype": name}))) for name in names]
+    if kind != "onnx" and (args.eval_data or args.recurrent):
+        raise UserError("--eval and --recurrent apply to ONNX models")
+    measure = _evaluation(args, source) if kind == "onnx" else None
+    report.show(pipeline.compare(source, kind, runs, measure), as_json=args.json)
+    return 0
+
+
 def quantize_command(args) -> int:
     source = Path(args.input)
     kind = format_of(source)
     if not source.exists():
         raise UserError(f"{source}: no such file")
+    if "," in args.dtype:
+        return _compare_command(args, source, kind)
     settings = parse_settings(args)
+    if settings.mx is not None and kind != "onnx" and (kind, settings.mx.name) != ("safetensors", "mxfp4"):
+        raise UserError(f"--dtype {settings.mx.name}: the MX formats are written into ONNX models only (and MXFP4 "
+                        f"into .safetensors checkpoints, in gpt-oss's layout); --dtype int4,{settings.mx.name} "
+                        f"compares them on this file without writing")
     if kind == "onnx" and settings.chunks is not None:
         raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
     if kind != "onnx" and (args.eval_data or args.recurrent or args.calibrate):
         raise UserError("--eval, --recurrent and --calibrate apply to ONNX models")
-    output = Path(args.output) if args.output else _default_output(source, settings.qtype, kind)
+    output = Path(args.output) if args.output else _default_output(source, settings, kind)
     if kind == "zarr":
         check_output_store(output, source, args.force)
         _check_plot_support(args)

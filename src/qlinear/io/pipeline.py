@@ -26,9 +26,10 @@ from .atomic import atomic_files, atomic_output, atomic_store
 from .calibration import calibrate_tensor
 from .errors import UserError
 from .extras import import_onnx
+from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .plan import Choice, Found, Quantized, Settings, min_opset
-from .quantization import dequantize_tensor, quantize_tensor
+from .quantization import dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
 
 ONNX_MIN_ELEMENTS = 1
@@ -55,6 +56,8 @@ def _refuse_clashes(choices: list[Choice], names: set[str], source: Path, what: 
 
 
 def quantize_file(source: Path, output: Path, kind: str, settings: Settings) -> dict:
+    if settings.mx is not None:  # MXFP4 in gpt-oss's checkpoint layout
+        return mx_files.quantize_file(source, output, kind, settings)
     reader = tensor_files.open_tensor_file(source)
     if "qlinear" in reader.metadata:
         raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
@@ -133,6 +136,8 @@ def _quantize_into(source, reader, writer, choice: Choice, qtype, settings: Sett
 
 def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
     reader = tensor_files.open_tensor_file(source)
+    if mx_files.dequantizes(reader):  # NAME.blocks / NAME.scales pairs: gpt-oss's MXFP4 layout
+        return mx_files.dequantize_file(source, reader, output, out_kind)
     quantized = tensor_files.read_metadata(source, reader.metadata).get("tensors")
     if not isinstance(quantized, dict):
         raise UserError(f"{source}: corrupt qlinear metadata (no tensors)")
@@ -195,6 +200,56 @@ def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
         writer.close()
     reader.close()
     return report.summary("dequantize", source, output, rows)
+
+
+def measure_file(source: Path, settings: Settings) -> dict:
+    """What `quantize_file` would report for a tensor file, written nowhere: the --dtype list's figures,
+    and the only route of the MX formats into a tensor file for now (they have no file layout yet)."""
+    reader = tensor_files.open_tensor_file(source)
+    if "qlinear" in reader.metadata:
+        raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
+    choices = _choices(reader.entries, settings, select.Rules(tensor_files.FLOAT_DTYPES), source)
+    qtype, rows = settings.qtype, []
+    total = sum(c.found.nbytes for c in choices if c.quantized)
+    with report.progress(total, f"measuring {source.name} as {settings.dtype_name}") as advance:
+        for choice in choices:
+            found = choice.found
+            if not choice.quantized:
+                rows.append(report.copied_row(found, choice.reason))
+                continue
+            x = reader.array(found)
+            if settings.mx is not None:
+                result = quantize_mx(np.asarray(x), choice.granularity, settings.mx, settings.scale_rule,
+                                     np.dtype(found.dtype))
+                tensor_scale = 4 if result.global_scale is not None else 0  # NVFP4's float32
+                after = stored_size(qtype, found.shape) + result.scales.nbytes + tensor_scale
+                advance(found.nbytes)
+                rows.append(report.quantized_row(choice, qtype, after, Quantized(result.scales, np.zeros((), np.int8),
+                                                                                 result.stats), to=settings.mx.name))
+                continue
+            gran = choice.granularity if x.ndim else Granularity("tensor", ())
+            where = f"{source}: tensor {found.name!r}"
+            scale, zero_point = calibrate_tensor(where, x, gran, qtype, choice.symmetric, progress=advance)
+            stats = quantize_tensor(x, gran, qtype, scale, zero_point, lambda q: None, progress=advance)
+            after = stored_size(qtype, found.shape) + scale.nbytes + stored_size(qtype, scale.shape)
+            rows.append(report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats)))
+    reader.close()
+    return report.summary("quantize", source, None, rows, qtype=settings.dtype_name)
+
+
+def compare(source: Path, kind: str, runs: list[Settings], measure: Evaluation) -> dict:
+    """``--dtype A,B,...``: each type or format on the same weights, side by side, nothing written. An ONNX
+    model is quantized once per entry into a temporary folder (so each figure, the task figure included, is
+    the one a single --dtype reports) and removed; a tensor file is measured in memory (`measure_file`)."""
+    summaries = []
+    for settings in runs:
+        if kind == "onnx":
+            with tempfile.TemporaryDirectory(prefix="qlinear-compare-") as folder:
+                summaries.append(quantize_onnx(source, Path(folder) / f"{source.stem}.{settings.dtype_name}.onnx",
+                                               settings, measure))
+        else:
+            summaries.append(measure_file(source, settings))
+    return report.comparison(source, [s.dtype_name for s in runs], summaries)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -347,7 +402,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         feeds = feeds if feeds is not None else static_quantization.first_sample(samples)
 
     opset_before = model.opset
-    needed = max([min_opset(qtype, c.granularity.kind, _SCALE_TYPES[c.found.type_name]) for c in chosen]
+    needed = max([_needed_opset(settings, c) for c in chosen]
                  + ([static_quantization.needed_opset(static)] if static is not None else []))
     conversion = None
     if needed > opset_before:
@@ -392,7 +447,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         # The temporary model loads from its folder with its data file beside it, as it will in place.
         quantized_ref = temporaries[-1] if external is not None else model.model
         original_ref = source if model.external else import_onnx().load(str(source))
-        summary = report.summary("quantize", source, output, rows, qtype=qtype.onnx_name)
+        summary = report.summary("quantize", source, output, rows, qtype=settings.dtype_name)
         summary["files"] = {"before": model.stored_bytes, "after": sum(f.tell() for f in files)}
         summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
                             "dequantize_nodes": writer.dequantize_nodes, "checker": _check(temporaries[-1]),
@@ -633,11 +688,37 @@ def _check(model) -> str:
         return f"failed: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
 
 
+def _needed_opset(settings: Settings, choice: Choice) -> int:
+    """The opset a quantized constant's DequantizeLinear needs: its type, granularity and scale type
+    (MX: float8e8m0 scales, 24, or 28 for float6; NVFP4: float32 scales of float8e4m3fn block scales and
+    float4 codes, 23)."""
+    if settings.mx is None:
+        return min_opset(settings.qtype, choice.granularity.kind, _SCALE_TYPES[choice.found.type_name])
+    if settings.mx.name == "nvfp4":
+        return max(min_opset(settings.qtype, "block", "float"), min_opset(dtypes.get("float8e4m3fn"), "tensor"))
+    return min_opset(settings.qtype, "block", "float8e8m0")
+
+
+def _quantize_mx_constant(source, model, writer, choice: Choice, settings: Settings, advance) -> dict:
+    """An MX (or NVFP4) weight, whole in memory: `quantization.quantize_mx`, then `QdqWriter.replace_mx`."""
+    found = choice.found
+    x = np.asarray(model.array(found))
+    result = quantize_mx(x, choice.granularity, settings.mx, settings.scale_rule, np.dtype(found.dtype))
+    advance(found.nbytes)
+    del x
+    after = writer.replace_mx(found, settings.mx, result.codes, result.scales, result.global_scale, choice.granularity)
+    scale = np.asarray(result.scales)
+    return report.quantized_row(choice, settings.qtype, after, Quantized(scale, np.zeros((), np.int8), result.stats),
+                                to=settings.mx.name)
+
+
 def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance,
                        weight_scales: dict | None = None) -> dict:
     found = choice.found
     if not choice.quantized:
         return report.copied_row(found, choice.reason)
+    if settings.mx is not None:
+        return _quantize_mx_constant(source, model, writer, choice, settings, advance)
     where = f"{source}: {found.location} {found.name!r}"
     x = model.array(found)
     gran = choice.granularity

@@ -25,6 +25,9 @@ from .errors import UserError
 
 FORMAT_VERSION = "qlinear.quantized/1"  # the metadata that `qlinear dequantize` reads back
 DEFAULT_BLOCK_SIZE = 32  # the default for types of 6 bits and fewer
+# The microscaling formats of `qlinear.mx` (--dtype), named here so that parsing needs no import of it.
+MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4")
+SCALE_RULES = ("floor", "ceil", "even")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -74,6 +77,13 @@ class Settings:
     keep_1d: bool = True  # 1-D tensors (biases, norm scales) stay float unless --include names them
     chunks: ChunkSize | None = None  # stream tensors through dask in chunks of this size
     plot: bool = False  # keep what the --plot figures need
+    mx: object | None = None  # a `qlinear.mx.MXFormat` (qtype is then its element type); None: plain Q/DQ
+    scale_rule: str | None = None  # --scale-rule for the MX formats; None: qlinear.mx's default ("floor")
+
+    @property
+    def dtype_name(self) -> str:
+        """The --dtype as the report names it: the MX format's name, or the quantized type's."""
+        return self.mx.name if self.mx is not None else self.qtype.onnx_name
 
 
 # ----------------------------------------------------------------------------------------------------

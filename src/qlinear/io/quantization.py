@@ -124,3 +124,81 @@ def dequantize_tensor(values, qtype: ElementType, shape: tuple[int, ...], scale:
         sink(restored.reshape(()) if scalar else restored)
         if progress is not None:
             progress(count * np.dtype(output_dtype).itemsize)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Microscaling formats
+
+
+class MXQuantized:
+    """A weight in an MX format (or NVFP4) as the ONNX model stores it: ``codes`` (ml_dtypes, x's shape),
+    ``scales`` (float8e8m0 per block; NVFP4: float8e4m3fn per block) and NVFP4's float32 ``global_scale``
+    (None for MX); ``stats`` compare x with what those tensors dequantize to."""
+
+    def __init__(self, codes, scales, global_scale, stats: Stats):
+        self.codes, self.scales, self.global_scale, self.stats = codes, scales, global_scale, stats
+
+
+def quantize_mx(x, gran: Granularity, fmt, scale_rule: str | None, output_dtype: np.dtype) -> MXQuantized:
+    """``x`` (whole, in memory) in the MX format ``fmt`` along ``gran.axis`` with `qlinear.mx`, as ONNX
+    stores it: MXINT8's implicit 2^-6 folded into its e8m0 scales (`qlinear.mx.onnx_scales`).
+
+    The error figures are measured against what the written DequantizeLinear nodes compute
+    (`dequantize_mx`, in ``output_dtype``, the weight's type), not against a second formula."""
+    from .. import mx
+
+    xf = np.asarray(x)
+    xf = xf if xf.dtype in _OWN_TYPES else xf.astype(np.float32)
+    global_scale = None
+    if fmt.name == "nvfp4":
+        codes, scales, global_scale = mx.quantize(xf, fmt.name, axis=gran.axis)
+        global_scale = np.asarray(global_scale, np.float32).reshape(())
+    else:
+        codes, scales = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule)
+        codes, scales = onnx_scales(xf, codes, scales, fmt, gran.axis)
+    restored = dequantize_mx(codes, scales, global_scale, gran, output_dtype)
+    stats = Stats()
+    error = np.asarray(x).astype(np.float64) - restored.astype(np.float64)
+    stats.signal = float(np.sum(np.square(np.asarray(x), dtype=np.float64)))
+    stats.noise = float(np.sum(error * error))
+    stats.max_abs_error = float(np.max(np.abs(error))) if error.size else 0.0
+    return MXQuantized(codes, scales, global_scale, stats)
+
+
+MXINT8_LOWEST_EXPONENT = -121  # e8m0's 2^-127 once MXINT8's implicit 2^-6 is folded into the scale
+
+
+def onnx_scales(x, codes, scales, fmt, axis: int):
+    """(codes, e8m0 scales) as ONNX's DequantizeLinear reads them: `qlinear.mx.onnx_scales`, which folds
+    MXINT8's implicit 2^-6 into the scale. The blocks whose scale is below 2^-121 cannot take the fold
+    (e8m0 ends at 2^-127): all-zero blocks (scale 2^-127 by the rule) and blocks of tiny weights. They
+    are quantized again at scale 2^-121 with the same element rule, which is exact for zeros and finer
+    for the others, instead of refusing the model."""
+    from .. import mx
+    from ..reference import mx as mx_reference
+
+    if fmt.is_int:
+        e, nan = mx_reference.exponents_from_e8m0(scales)
+        low = (e < MXINT8_LOWEST_EXPONENT) & ~nan
+        if low.any():
+            e = np.where(low, MXINT8_LOWEST_EXPONENT, e)
+            blocks = np.moveaxis(np.asarray(x, np.float32), axis, -1)
+            k = blocks.shape[-1]
+            padded = np.pad(blocks, [(0, 0)] * (blocks.ndim - 1) + [(0, -k % fmt.block_size)])
+            grouped = padded.reshape(padded.shape[:-1] + (-1, fmt.block_size))
+            e_last, nan_last = np.moveaxis(e, axis, -1), np.moveaxis(nan, axis, -1)
+            again = mx_reference.mx_elements(grouped, e_last, nan_last, fmt).reshape(padded.shape)[..., :k]
+            mask = np.repeat(np.moveaxis(low, axis, -1), fmt.block_size, axis=-1)[..., :k]
+            codes = np.moveaxis(np.where(mask, again, np.moveaxis(np.asarray(codes), axis, -1)), -1, axis)
+            scales = mx_reference.e8m0_from_exponents(e, nan)
+    return mx.onnx_scales(codes, scales, fmt)
+
+
+def dequantize_mx(codes, scales, global_scale, gran: Granularity, output_dtype: np.dtype) -> np.ndarray:
+    """What the written nodes compute, with qlinear's DequantizeLinear: one node for MX (e8m0 scales,
+    opset 24), two for NVFP4 (the e4m3 block scales times the float32 tensor scale, then the codes)."""
+    attrs = gran.attributes()
+    if global_scale is None:
+        return dequantize_linear(codes, scales, output_dtype=output_dtype, opset=28, **attrs)
+    block_scales = dequantize_linear(scales, np.asarray(global_scale, np.float32), opset=23)
+    return dequantize_linear(codes, block_scales, opset=23, **attrs).astype(output_dtype)

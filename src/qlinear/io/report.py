@@ -25,13 +25,15 @@ PROGRESS_MIN_BYTES = 32 << 20
 # Rows
 
 
-def quantized_row(choice: Choice, qtype, after: int, result: Quantized, plot: bool = False) -> dict:
+def quantized_row(choice: Choice, qtype, after: int, result: Quantized, plot: bool = False, to: str | None = None
+                  ) -> dict:
     """A quantized tensor's row. Its scale and zero point stay in the row only for ``plot`` (the blocked
-    parameters of a large weight are megabytes, and a model has many weights)."""
+    parameters of a large weight are megabytes, and a model has many weights). ``to`` names the format
+    where it is not the type (an MX format: "mxfp4" of float4e2m1 codes)."""
     found, gran, stats = choice.found, choice.granularity, result.stats
     return {
         "name": found.name, "shape": list(found.shape), "from": found.type_name or str(found.dtype),
-        "to": qtype.onnx_name, "granularity": granularity_label(gran) if found.shape else "per-tensor",
+        "to": to or qtype.onnx_name, "granularity": granularity_label(gran) if found.shape else "per-tensor",
         "symmetric": bool(choice.symmetric or not qtype.is_integer), "location": found.location,
         "bytes_before": int(found.nbytes), "bytes_after": int(after),
         "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error, "quantized": True, "note": choice.reason,
@@ -73,6 +75,24 @@ def summary(command: str, source, output, rows: list[dict], **extra) -> dict:
     if command == "quantize":
         totals["weights"] = _weights(rows)
     return {"command": command, "input": str(source), "output": str(output), **extra, "tensors": rows, "totals": totals}
+
+
+def comparison(source, formats: list[str], summaries: list[dict]) -> dict:
+    """``--dtype A,B,...``: the summaries of one run per type or format, merged per tensor (rows matched by
+    name and location), with each format's totals and, for ONNX models, its model figures."""
+    tensors: dict[tuple, dict] = {}
+    for name, result in zip(formats, summaries):
+        for row in result["tensors"]:
+            key = (row["name"], row.get("location", ""))
+            merged = tensors.setdefault(key, {
+                "name": row["name"], "shape": row["shape"], "from": row["from"], "location": row.get("location", ""),
+                "bytes_before": row["bytes_before"], "formats": {}})
+            merged["formats"][name] = {k: row[k] for k in ("quantized", "to", "granularity", "bytes_after", "sqnr_db",
+                                                           "max_abs_error", "note")}
+    totals = {name: result["totals"] | ({"model": result["model"]} if "model" in result else {})
+              for name, result in zip(formats, summaries)}
+    return {"command": "compare", "input": str(source), "output": None, "formats": list(formats),
+            "tensors": list(tensors.values()), "totals": totals}
 
 
 FLOAT_NAMES = {"float32", "float16", "bfloat16", "float64", "F32", "F16", "BF16", "F64"}
@@ -156,6 +176,9 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
 
     probe = Console(file=file)
     console = Console(file=file, width=probe.width if probe.is_terminal else 160)
+    if report["command"] == "compare":
+        _show_comparison(console, report)
+        return
     table = Table(title=f"{report['input']} -> {report['output']}", title_justify="left")
     quantizing = report["command"] == "quantize"
     columns = (("tensor", "left"), ("shape", "left"), ("type", "left"), ("granularity", "left"), ("bytes", "right"),
@@ -212,6 +235,50 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         if report.get("activations"):
             _show_activations(console, report["activations"])
         _show_accuracy(console, model)
+
+
+def _show_comparison(console, report: dict) -> None:
+    """One row per tensor, a bytes and an SQNR column per format; then each format's totals and, for a
+    model, its task figure."""
+    from rich.table import Table
+
+    formats = report["formats"]
+    table = Table(title=f"{report['input']}: {', '.join(formats)} side by side (nothing written)", title_justify="left")
+    for column, justify in (("tensor", "left"), ("shape", "left"), ("type", "left"), ("bytes", "right")):
+        table.add_column(column, justify=justify, overflow="fold", no_wrap=True)
+    for name in formats:
+        table.add_column(f"{name} bytes", justify="right", no_wrap=True)
+        table.add_column(f"{name} SQNR dB", justify="right", no_wrap=True)
+    for row in report["tensors"]:
+        cells = [row["name"], "x".join(map(str, row["shape"])) or "scalar", row["from"], _bytes(row["bytes_before"])]
+        for name in formats:
+            entry = row["formats"].get(name)
+            if entry is None or not entry["quantized"]:
+                cells += ["kept", ""]
+            else:
+                cells += [_bytes(entry["bytes_after"]), _db(entry["sqnr_db"])]
+        table.add_row(*cells)
+    console.print(table)
+    first = next(iter(report["totals"].values()))
+    console.print(f"total before: {_bytes(first['bytes_before'])}")
+    for name, totals in report["totals"].items():
+        line = f"{name}: {_bytes(totals['bytes_after'])}"
+        if totals["ratio"]:
+            line += f" ({totals['ratio']:.2f}x smaller)"
+        line += f"; {totals['quantized']} of {totals['tensors']} tensors quantized"
+        if "sqnr_db" in totals:
+            line += f", overall SQNR {_db(totals['sqnr_db'])} dB, max |err| {_err(totals['max_abs_error'])}"
+        model = totals.get("model")
+        if model:
+            line += f"; opset {model['opset_after']}, onnx.checker {model['checker']}"
+            accuracy = model.get("accuracy")
+            if accuracy:
+                drop = 100 * (accuracy["quantized"] - accuracy["float"])
+                line += (f"; {_TASK_WORDS[accuracy.get('task', 'classify')]} {100 * accuracy['quantized']:.2f}% "
+                         f"(float {100 * accuracy['float']:.2f}%, {drop:+.2f} points; {accuracy['runtime']})")
+            else:
+                line += f"; accuracy not measured ({model.get('accuracy_note', 'no evaluation data')})"
+        console.print(line)
 
 
 SHOWN_LAYERS = 12  # the worst activations the table shows (--json has them all)

@@ -15,6 +15,11 @@ The defaults are the ones an expert picks (and onnxruntime, NNCF and the GenAI b
 
 ``--include`` names tensors to quantize whatever they are; ``--granularity``, ``--axis`` and
 ``--block-size`` override the defaults for every tensor.
+
+The microscaling formats (``--dtype mxfp4``, ``nvfp4``, ...) are blocked by definition: blocks of the
+format's size along the reduction axis, a short axis making one short block (never the per-channel
+fallback: an MX runtime reads blocks), and a tensor without a reduction axis kept float unless
+``--axis`` names one.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class Rules:
 def default_kind(settings: Settings) -> str:
     if settings.kind is not None:
         return settings.kind
+    if settings.mx is not None:
+        return "block"
     return "axis" if settings.qtype.bits >= 8 else "block"
 
 
@@ -75,7 +82,10 @@ def choose(found: Found, settings: Settings, rules: Rules, where: str) -> Choice
     reason = _kept_because(found, settings, rules)
     if reason is not None:
         return Choice(found, None, reason, symmetric)
-    gran, note = _granularity(found, settings, rules, where)
+    if settings.mx is not None:
+        gran, note = _mx_granularity(found, settings, rules, where)
+    else:
+        gran, note = _granularity(found, settings, rules, where)
     return Choice(found, gran, note, symmetric)
 
 
@@ -150,6 +160,24 @@ def _granularity(found: Found, settings: Settings, rules: Rules, where: str):
                             f"give --axis N or --granularity tensor")
         return granularity_mod.Granularity("tensor", shape), _join(note, f"per tensor: no {what} axis")
     return _resolve(where, shape, kind, axis, block_size), note
+
+
+def _mx_granularity(found: Found, settings: Settings, rules: Rules, where: str):
+    """Blocks of the MX format's size along the reduction axis (or --axis): (granularity, note), or
+    (None, why it is kept) for a scalar or a tensor whose uses agree on no reduction axis."""
+    shape = tuple(int(d) for d in found.shape)
+    if not shape:
+        return None, f"a scalar: {settings.dtype_name} quantizes blocks along an axis"
+    _, reduction, note = _axes(found, rules)
+    axis = settings.axis if settings.axis is not None else reduction
+    if axis is None:
+        return None, _join(note, f"no reduction axis that its uses agree on ({_uses(found)}) for "
+                                 f"{settings.dtype_name}'s blocks; --axis N names one")
+    try:
+        axis = granularity_mod.normalize_axis(axis, len(shape), "granularity", "the tensor")
+    except (ValueError, TypeError) as error:
+        raise UserError(f"{where} of shape {shape}: {str(error).removeprefix('granularity: ')}") from None
+    return granularity_mod.Granularity("block", shape, axis, settings.mx.block_size), note
 
 
 def _resolve(where: str, shape, kind: str, axis: int, block_size: int):

@@ -277,7 +277,6 @@ class QdqWriter:
         from onnx import helper
 
         constant = self.model.constants[found.key]
-        graph = constant.graph
         name = found.name
         q_name, s_name, z_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("quantized", "scale", "zero_point"))
         values.name = q_name
@@ -299,6 +298,45 @@ class QdqWriter:
         if cast:
             nodes.append(helper.make_node("Cast", [dequantized], [name], to=weight_type.tensorproto,
                                           name=_unique(f"{name}_Cast", self.taken)))
+        self._put(constant, new, nodes)
+        self.dequantize_nodes += 1
+        return sum(_stored_bytes(t) for t in new)
+
+    def replace_mx(self, found: Found, fmt, codes: np.ndarray, scales: np.ndarray, global_scale, gran) -> int:
+        """Put an MX weight in place of constant ``found``: DequantizeLinear(codes, e8m0 scales, axis,
+        block_size, output_dtype = the weight's type); NVFP4 as two, DequantizeLinear(e4m3 block scales,
+        float32 tensor scale) -> float32 scales -> DequantizeLinear(float4 codes, those, axis, block_size=16).
+        Returns the bytes the new tensors hold."""
+        from onnx import helper
+
+        constant = self.model.constants[found.key]
+        name = found.name
+        weight_type = dtypes.BY_DTYPE[np.dtype(found.dtype)]
+        q_name, s_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("quantized", "scale"))
+        new = [self._parameter(helper, q_name, np.asarray(codes), dtypes.BY_DTYPE[np.asarray(codes).dtype]),
+               self._parameter(helper, s_name, np.asarray(scales), dtypes.BY_DTYPE[np.asarray(scales).dtype])]
+        blocked = {"axis": gran.axis, "block_size": gran.block_size, "output_dtype": weight_type.tensorproto}
+        if global_scale is None:
+            nodes = [helper.make_node("DequantizeLinear", [q_name, s_name], [name],
+                                      name=_unique(f"{name}_DequantizeLinear", self.taken), **blocked)]
+        else:
+            g_name, b_name = (_unique(f"{name}_{suffix}", self.taken) for suffix in ("global_scale", "block_scale"))
+            new.append(self._parameter(helper, g_name, np.asarray(global_scale, np.float32).reshape(()),
+                                       dtypes.BY_DTYPE[np.dtype(np.float32)]))
+            nodes = [helper.make_node("DequantizeLinear", [s_name, g_name], [b_name],
+                                      name=_unique(f"{b_name}_DequantizeLinear", self.taken)),
+                     helper.make_node("DequantizeLinear", [q_name, b_name], [name],
+                                      name=_unique(f"{name}_DequantizeLinear", self.taken), **blocked)]
+        self._put(constant, new, nodes)
+        self.dequantize_nodes += len(nodes)
+        return sum(_stored_bytes(t) for t in new)
+
+    def _put(self, constant, new: list, nodes: list) -> None:
+        """Replace ``constant`` where it is stored by the tensors ``new`` (initializers, or Constant nodes at
+        the Constant node's place) and the ``nodes`` that compute it from them."""
+        from onnx import helper
+
+        graph, name = constant.graph, constant.name
         if constant.node is None:
             graph.initializer.remove(constant.tensor)
             graph.initializer.extend(new)
@@ -314,8 +352,6 @@ class QdqWriter:
             del graph.node[position]
             for offset, made_node in enumerate(made + nodes):
                 graph.node.insert(position + offset, made_node)
-        self.dequantize_nodes += 1
-        return sum(_stored_bytes(t) for t in new)
 
     def _parameter(self, helper, name: str, array: np.ndarray, element):
         """A scale or zero point: inline, or in the data file when there is one and it is not small (the

@@ -1,0 +1,207 @@
+"""`qlinear quantize --dtype mxfp4` and `qlinear dequantize` for safetensors checkpoints in gpt-oss's MXFP4
+layout (`formats.mx_checkpoint` holds the layout; `pipeline` hands these files over)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from ..granularity import Granularity
+from . import report, select
+from .atomic import atomic_output
+from .errors import UserError
+from .formats import tensor_files
+from .formats.mx_checkpoint import BLOCK, BLOCK_BYTES, MXFP4Tensor, mxfp4_pairs, row_slices, to_gpt_oss
+from .formats.tensor_files import SafetensorsReader, SafetensorsWriter
+from .plan import Choice, Quantized, Stats
+from .quantization import quantize_mx
+
+METADATA_KEY = "qlinear_mx"  # the safetensors metadata entry: {"format", "scale_rule", "tensors": {NAME: {...}}}
+METADATA_FORMAT = "qlinear.mxfp4/1"
+DEFAULT_OUTPUT_DTYPE = np.dtype(ml_dtypes.bfloat16)  # what gpt-oss decodes to, and what its other tensors are
+
+
+def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
+    """`qlinear quantize` of a tensor file with ``--dtype mxfp4``: the selected float tensors become
+    ``NAME.blocks``/``NAME.scales`` (gpt-oss's layout, blocks along the last axis), the rest is copied; the
+    report row of each tensor compares it with what gpt-oss's decoder reads back."""
+    fmt = settings.mx
+    if fmt.name != "mxfp4":
+        raise UserError(f"{source}: --dtype {fmt.name}: a safetensors checkpoint holds MXFP4 in gpt-oss's layout "
+                        f"(NAME.blocks, NAME.scales) only; the other MX formats go into ONNX models")
+    if kind != "safetensors":
+        raise UserError(f"{source}: --dtype mxfp4 writes safetensors checkpoints in gpt-oss's layout; a .{kind} "
+                        f"file cannot hold it (convert it to .safetensors first)")
+    reader = tensor_files.open_tensor_file(source)
+    if "qlinear" in reader.metadata or METADATA_KEY in reader.metadata:
+        raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
+    try:
+        pairs = mxfp4_pairs(reader.entries)
+    except ValueError as error:
+        raise UserError(f"{source}: {error}") from None
+    separators = {separator for _, _, separator in pairs.values()}
+    separator = separators.pop() if len(separators) == 1 else "."
+    rules = select.Rules(tensor_files.FLOAT_DTYPES)
+    choices = []
+    for found in reader.entries:
+        choice = select.choose(found, settings, rules, f"{source}: tensor {found.name!r}")
+        if choice.quantized:
+            last = len(found.shape) - 1
+            if choice.granularity.axis != last:
+                raise UserError(f"{source}: tensor {found.name!r}: gpt-oss's layout blocks the last axis ({last}), "
+                                f"not axis {choice.granularity.axis}; leave out --axis")
+            if found.shape[-1] % BLOCK:
+                choice = Choice(found, None, f"its last axis ({found.shape[-1]}) is not a whole number of "
+                                            f"{BLOCK}-element blocks, which gpt-oss's layout needs", choice.symmetric)
+        choices.append(choice)
+    names = {found.name for found in reader.entries}
+    plan, meta = [], {}
+    for choice in choices:
+        found = choice.found
+        if not choice.quantized:
+            plan.append(tensor_files.Planned(found.name, found.dtype, found.shape, found.nbytes, found.code))
+            continue
+        scale_shape = tuple(found.shape[:-1]) + (found.shape[-1] // BLOCK,)
+        for name, shape in ((found.name + separator + "blocks", scale_shape + (BLOCK_BYTES,)),
+                            (found.name + separator + "scales", scale_shape)):
+            if name in names:
+                raise UserError(f"{source}: tensor {found.name!r}: the file already has a tensor named {name!r}, "
+                                f"where its MXFP4 {name[len(found.name) + 1:]} would go")
+            plan.append(tensor_files.Planned(name, np.dtype(np.uint8), shape, math.prod(shape)))
+        meta[found.name] = {"source_dtype": found.dtype.name, "shape": list(found.shape)}
+    metadata = {**reader.metadata, METADATA_KEY: _json({"format": METADATA_FORMAT,
+                                                        "scale_rule": settings.scale_rule or "floor",
+                                                        "tensors": meta})}
+    rows = []
+    total = sum(c.found.nbytes for c in choices if c.quantized)
+    with report.progress(total, f"quantizing {source.name}") as advance, atomic_output(output) as f:
+        writer = SafetensorsWriter(f, plan, metadata)
+        for choice in choices:
+            found = choice.found
+            if not choice.quantized:
+                tensor_files.copy_raw(reader, found, writer)
+                rows.append(report.copied_row(found, choice.reason))
+                continue
+            x = reader.array(found)
+            release = tensor_files.page_releaser(x, found)
+            stats, scale_parts = Stats(), []
+            writer.begin(found.name + separator + "blocks")
+            # bands of 16 MiB of input: the error figures take a few float64 copies of a band
+            for rows_slice in row_slices(found.shape, found.nbytes, fraction=4):
+                band = np.asarray(x[rows_slice])
+                result = quantize_mx(band, _blocks_along_last(band.shape), fmt, settings.scale_rule, found.dtype)
+                blocks, scale_bytes = to_gpt_oss(result.codes, result.scales)
+                writer.write(blocks)
+                scale_parts.append(scale_bytes)
+                stats.signal += result.stats.signal
+                stats.noise += result.stats.noise
+                stats.max_abs_error = max(stats.max_abs_error, result.stats.max_abs_error)
+                advance(band.nbytes)
+                if release is not None and rows_slice != slice(None):
+                    release(rows_slice.start, rows_slice.stop)
+            writer.end()
+            del x
+            writer.begin(found.name + separator + "scales")
+            for part in scale_parts:
+                writer.write(part)
+            writer.end()
+            after = sum(part.size for part in scale_parts) * (BLOCK_BYTES + 1)
+            rows.append(report.quantized_row(choice, settings.qtype, after,
+                                             Quantized(np.zeros(0, np.float32), np.zeros((), np.int8), stats),
+                                             to=fmt.name))
+        writer.close()
+    reader.close()
+    return report.summary("quantize", source, output, rows, qtype=fmt.name)
+
+
+def dequantizes(reader) -> bool:
+    """Whether `qlinear dequantize` reads ``reader``'s file as an MXFP4 checkpoint: a safetensors file with
+    ``NAME.blocks``/``NAME.scales`` pairs and no metadata of qlinear's own Q/DQ format."""
+    if not isinstance(reader, SafetensorsReader) or "qlinear" in reader.metadata:
+        return False
+    try:
+        return bool(mxfp4_pairs(reader.entries))
+    except ValueError as error:
+        raise UserError(f"{reader.path}: {error}") from None
+
+
+def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
+    """`qlinear dequantize` of an MXFP4 checkpoint in gpt-oss's layout: each pair becomes NAME (the dtype
+    it was quantized from, when qlinear wrote it; else bfloat16, as gpt-oss decodes), the rest is copied."""
+    pairs = mxfp4_pairs(reader.entries)
+    recorded = _recorded(source, reader.metadata)
+    entries = {entry.name: entry for entry in reader.entries}
+    firsts = {}
+    for base, (blocks_name, scales_name, _) in pairs.items():
+        if base in entries:
+            raise UserError(f"{source}: MXFP4 tensor {base!r}: the file already has a tensor of that name, where "
+                            f"its dequantized values would go")
+        first = min(blocks_name, scales_name, key=lambda n: reader.entries.index(entries[n]))
+        firsts[first] = base
+    paired = {name for blocks_name, scales_name, _ in pairs.values() for name in (blocks_name, scales_name)}
+    plan, order = [], []
+    for entry in reader.entries:
+        if entry.name in firsts:
+            base = firsts[entry.name]
+            blocks = entries[pairs[base][0]]
+            shape = tuple(blocks.shape[:-2]) + (blocks.shape[-2] * BLOCK,)
+            dtype = recorded.get(base, DEFAULT_OUTPUT_DTYPE)
+            plan.append(tensor_files.Planned(base, dtype, shape, math.prod(shape) * dtype.itemsize))
+            order.append(base)
+        elif entry.name not in paired:
+            plan.append(tensor_files.Planned(entry.name, entry.dtype, entry.shape, entry.nbytes, entry.code))
+            order.append(entry)
+    if out_kind == "npy" and len(plan) != 1:
+        raise UserError(f"{output}: a .npy file holds one array and {source} has {len(plan)} tensors; write a .npz")
+    metadata = {k: v for k, v in reader.metadata.items() if k != METADATA_KEY}
+    rows = []
+    total = sum(p.nbytes for p in plan if p.name in pairs)
+    with report.progress(total, f"dequantizing {source.name}") as advance, atomic_output(output) as f:
+        writer = tensor_files.WRITERS[out_kind](f, plan, metadata)
+        for item in order:
+            if not isinstance(item, str):
+                tensor_files.copy_raw(reader, item, writer)
+                rows.append(report.restored_row(item.name, item.shape, item.type_name, item.type_name,
+                                                item.nbytes, item.nbytes) | {"note": "copied"})
+                continue
+            blocks_entry, scales_entry = entries[pairs[item][0]], entries[pairs[item][1]]
+            tensor = MXFP4Tensor(reader.array(blocks_entry), reader.array(scales_entry))
+            dtype = recorded.get(item, DEFAULT_OUTPUT_DTYPE)
+            writer.begin(item)
+            for rows_slice in row_slices(tensor.blocks.shape, tensor.blocks.nbytes * 2 * dtype.itemsize):
+                band = MXFP4Tensor(tensor.blocks[rows_slice], tensor.scale_bytes[rows_slice]).dequantize(dtype)
+                writer.write(band)
+                advance(band.nbytes)
+            writer.end()
+            rows.append(report.restored_row(item, tensor.shape, "mxfp4", dtype.name,
+                                            blocks_entry.nbytes + scales_entry.nbytes,
+                                            math.prod(tensor.shape) * dtype.itemsize))
+        writer.close()
+    reader.close()
+    return report.summary("dequantize", source, output, rows)
+
+
+def _blocks_along_last(shape):
+    return Granularity("block", tuple(shape), len(shape) - 1, BLOCK)
+
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _recorded(source: Path, metadata: dict) -> dict[str, np.dtype]:
+    """The source dtypes `quantize_file` recorded, by tensor name (empty for a checkpoint qlinear did not write)."""
+    if METADATA_KEY not in metadata:
+        return {}
+    try:
+        meta = json.loads(metadata[METADATA_KEY])
+        if meta.get("format") != METADATA_FORMAT:
+            raise ValueError(f"unknown format {meta.get('format')!r}")
+        return {name: np.dtype(ml_dtypes.bfloat16) if info["source_dtype"] == "bfloat16"
+                else np.dtype(info["source_dtype"]) for name, info in meta["tensors"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{source}: corrupt {METADATA_KEY} metadata ({error})") from None
