@@ -6,6 +6,12 @@ most (each layer quantized alone, the others float, on a subset of the data).
     uv run python benchmarks/corpus.py                      # the table
     uv run python benchmarks/corpus.py --layers int4        # and the per-layer costs
     uv run python benchmarks/corpus.py --json corpus.json
+    uv run python benchmarks/corpus.py --dtypes mxfp4 nvfp4 --models ocr_rec   # the microscaling formats
+
+onnxruntime 1.32 cannot run the microscaling formats (no CPU DequantizeLinear for float4 or e8m0 scales),
+so for those the DequantizeLinear nodes of the written model are evaluated once with qlinear's
+DequantizeLinear (the values onnx's reference computes: tests/cli/test_mx_command.py) and the model runs in
+onnxruntime on those float weights.
 
 Needs the dev dependency group (the corpus wheels, onnxruntime, Pillow) and espeak-ng for the VAD models.
 """
@@ -29,6 +35,7 @@ from corpus.models import NAMES, ort_runner, path  # noqa: E402
 from qlinear.cli import main as qlinear_main  # noqa: E402
 
 DTYPES = ("int8", "int4", "float8e4m3fn")
+MX_DTYPES = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4")
 SUBSETS = {"ocr_rec": 50, "ocr_det": 3}  # items of the data used for the per-layer scan
 
 
@@ -42,6 +49,46 @@ def quantize(name: str, dtype: str, output: Path, *extra: str) -> tuple[dict, fl
     if code:
         raise SystemExit(f"qlinear quantize {name} {dtype} failed")
     return json.loads(stdout.getvalue()), seconds
+
+
+def fold_dequantize(model_file: Path) -> bytes:
+    """The model with every DequantizeLinear of constant inputs replaced by its output, computed by qlinear
+    (in every graph, If branches included): what onnxruntime needs to run a microscaling model."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    import qlinear
+
+    model = onnx.load(str(model_file))
+
+    def fold(graph, known: dict) -> None:
+        known = dict(known)
+        known.update({t.name: t for t in graph.initializer})
+        kept = []
+        for node in graph.node:
+            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+                known[node.output[0]] = node.attribute[0].t
+            if node.op_type == "DequantizeLinear" and all(i in known for i in node.input if i):
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                inputs = [numpy_helper.to_array(known[i]) for i in node.input if i]
+                output_dtype = attrs.pop("output_dtype", 0)
+                if output_dtype:
+                    attrs["output_dtype"] = onnx.helper.tensor_dtype_to_np_dtype(output_dtype)
+                y = qlinear.dequantize_linear(*inputs, opset=28, **attrs)
+                tensor = numpy_helper.from_array(np.asarray(y), node.output[0])
+                known[node.output[0]] = tensor
+                graph.initializer.append(tensor)
+                continue
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    fold(sub, known)
+            kept.append(node)
+        del graph.node[:]
+        graph.node.extend(kept)
+
+    fold(model.graph, {})
+    return model.SerializeToString()
 
 
 def subset(name: str, data):
@@ -72,6 +119,8 @@ def layer_costs(name: str, dtype: str, rows: list[dict], folder: Path) -> list[d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(NAMES), choices=NAMES)
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES + MX_DTYPES)
+    parser.add_argument("--scale-rule", choices=("floor", "ceil", "even"), help="for the MX formats")
     parser.add_argument("--layers", nargs="*", default=[], choices=DTYPES, help="per-layer costs for these types")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--json", type=Path)
@@ -82,11 +131,14 @@ def main() -> None:
         for name in args.models:
             data = measure_float.data(name)
             float_out = measure_float.float_outputs(name)
-            for dtype in DTYPES:
+            for dtype in args.dtypes:
                 output = folder / f"{name}.{dtype}.onnx"
-                report, seconds = quantize(name, dtype, output)
+                mx = dtype in MX_DTYPES
+                extra = ("--scale-rule", args.scale_rule) if mx and args.scale_rule and dtype != "nvfp4" else ()
+                report, seconds = quantize(name, dtype, output, *extra)
                 started = time.perf_counter()
-                quantized_out = measure_float.outputs(name, ort_runner(output), data)
+                runner = ort_runner(fold_dequantize(output) if mx else output)
+                quantized_out = measure_float.outputs(name, runner, data)
                 run_seconds = time.perf_counter() - started
                 figures = measure_float.against_float(name, float_out, quantized_out, data)
                 weights = report["totals"]["weights"]
