@@ -24,6 +24,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .kernels import mx as _kernels
 from .reference import mx as ref
 from .reference.mx import FORMATS, SCALE_RULES, MXFormat
 
@@ -51,6 +52,13 @@ def _axis(axis, ndim: int, argument: str, function: str) -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"{function}: {argument}={axis} is out of range for an array of {ndim} dimensions")
     return int(axis) % ndim
+
+
+def _moved(a: np.ndarray, source: int, destination: int) -> np.ndarray:
+    """np.moveaxis, skipped when the blocking axis is already the last (about 10 us a call on small arrays)."""
+    if source % a.ndim == destination % a.ndim:
+        return a
+    return np.moveaxis(a, source, destination)
 
 
 def _float32(x, function: str) -> np.ndarray:
@@ -87,12 +95,15 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None):
         scale_rule = "floor"
     elif scale_rule not in SCALE_RULES:
         raise ValueError(f"{function}: scale_rule must be one of {', '.join(SCALE_RULES)}, got {scale_rule!r}")
-    moved = np.moveaxis(x, axis, -1)
+    moved = _moved(x, axis, -1)
+    # the kernels (qlinear.kernels.mx), bit-identical to the reference, which runs when they are switched off
     if f.name == "nvfp4":
-        codes, scales, g = ref.quantize_nvfp4(moved)
-        return np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis), np.asarray(g, np.float32)
-    codes, scales = ref.quantize_mx(moved, f, scale_rule)
-    return np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis)
+        result = _kernels.quantize_nvfp4(moved)
+        codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved)
+        return _moved(codes, -1, axis), _moved(scales, -1, axis), np.asarray(g, np.float32)
+    result = _kernels.quantize_mx(moved, f, scale_rule)
+    codes, scales = result if result is not None else ref.quantize_mx(moved, f, scale_rule)
+    return _moved(codes, -1, axis), _moved(scales, -1, axis)
 
 
 def format_of(codes, scales) -> MXFormat:
@@ -128,19 +139,24 @@ def dequantize(codes, scales, axis: int = -1, global_scale=None) -> np.ndarray:
         raise ValueError(
             f"{function}: scales has shape {scales.shape}; codes of shape {codes.shape} in blocks of {f.block_size} "
             f"along axis {axis} need {tuple(expected)}")
-    codes_last, scales_last = np.moveaxis(codes, axis, -1), np.moveaxis(scales, axis, -1)
+    codes_last, scales_last = _moved(codes, axis, -1), _moved(scales, axis, -1)
     if f.name == "nvfp4":
         if global_scale is None:
             raise ValueError(f"{function}: NVFP4 codes need global_scale (the float32 tensor scale quantize returned)")
         g = np.asarray(global_scale)
         if g.size != 1 or g.dtype != np.float32:
             raise TypeError(f"{function}: global_scale must be one float32 value, got {g.dtype} of shape {g.shape}")
-        y = ref.dequantize_nvfp4(codes_last, scales_last, np.float32(g.reshape(())))
+        g = np.float32(g.reshape(()))
+        y = _kernels.dequantize_nvfp4(codes_last, scales_last, g)
+        if y is None:
+            y = ref.dequantize_nvfp4(codes_last, scales_last, g)
     else:
         if global_scale is not None:
             raise ValueError(f"{function}: global_scale is NVFP4's; {f.name} codes take none")
-        y = ref.dequantize_mx(codes_last, scales_last, f)
-    return np.moveaxis(y, -1, axis)
+        y = _kernels.dequantize_mx(codes_last, scales_last, f)
+        if y is None:
+            y = ref.dequantize_mx(codes_last, scales_last, f)
+    return _moved(y, -1, axis)
 
 
 def onnx_scales(codes, scales, fmt) -> tuple[np.ndarray, np.ndarray]:

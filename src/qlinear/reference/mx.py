@@ -84,7 +84,8 @@ def blocks(x: np.ndarray, block_size: int) -> np.ndarray:
 
 
 def unblocks(b: np.ndarray, k: int) -> np.ndarray:
-    return b.reshape(b.shape[:-2] + (-1,))[..., :k]
+    # the explicit length, not -1: an array with no rows (shape (0, n, bs)) cannot infer it
+    return b.reshape(b.shape[:-2] + (b.shape[-2] * b.shape[-1],))[..., :k]
 
 
 def block_amax(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +120,10 @@ def shared_exponents(amax: np.ndarray, fmt: MXFormat, rule: str) -> np.ndarray:
     - "ceil" (cuBLAS's UE8M0 recipe, CUDA's e8m0 conversions, torchao RCEIL, triton ROUND_UP): the
       smallest power of two >= float32(amax / max_value), so the block maximum never clips. The
       quotient is rounded to float32 first, as those peers compute it (and as ONNX's
-      Cast(Div(amax, max), to=FLOAT8E8M0, round_mode="up") does).
+      Cast(Div(amax, max), to=FLOAT8E8M0, round_mode="up") does). One edge differs: a nonzero quotient at
+      or below 2^-127 (a float32 subnormal) gets 2^-127 here, the exact power of two at or above it
+      clamped to E8M0; the bit round-ups of onnx's Cast and triton add one to its zero exponent field
+      (2^-126, code 0x01).
     - "even" (torchao EVEN): amax first rounded to the element's significand width (mantissa_bits + 1
       bits, halves rounded up), then floor: the maximum clips only when its rounded value would.
     An all-zero block gets e = -127 (code 0x00), as torchao and microxcaling give it.
