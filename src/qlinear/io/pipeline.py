@@ -204,7 +204,7 @@ def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
 
 def measure_file(source: Path, settings: Settings) -> dict:
     """What `quantize_file` would report for a tensor file, written nowhere: the --dtype list's figures,
-    and the only route of the MX formats into a tensor file for now (they have no file layout yet)."""
+    and the MX formats' route into a tensor file other than MXFP4 safetensors (which `mx_files` writes)."""
     reader = tensor_files.open_tensor_file(source)
     if "qlinear" in reader.metadata:
         raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
