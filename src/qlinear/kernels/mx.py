@@ -130,18 +130,25 @@ def dequantize_mx(codes: np.ndarray, scales: np.ndarray, fmt: MXFormat):
     if not kernels_enabled() or codes.ndim == 0:
         return None
     _, elem = _element_args(fmt.name)
+    out, walk = _dequantize_walk(codes, scales, fmt.block_size)
+    if walk is not None:
+        rows, row_len, c, s = walk
+        shift = np.int32(6 if fmt.is_int else 0)
+        threads.run_chunked(_numba().mx_dequantize_rows, rows, c, s, out.reshape(-1), row_len, shift, elem,
+                            item_size=row_len)
+    return out
+
+
+def _dequantize_walk(codes: np.ndarray, scales: np.ndarray, block: int):
+    """The output array and (rows, row_len, codes bytes, scale bytes) a dequantize kernel walks; None for the
+    walk of an empty array."""
     n = codes.size
     out = _empty(codes.shape, np.float32, n)
     if n == 0:
-        return out
-    k = codes.shape[-1]
-    row_len = _rows(n, k, fmt.block_size)
-    c = read_only(np.ascontiguousarray(codes).reshape(-1).view(np.uint8))
-    s = read_only(np.ascontiguousarray(scales).reshape(-1).view(np.uint8))
-    shift = np.int32(6 if fmt.is_int else 0)
-    threads.run_chunked(_numba().mx_dequantize_rows, n // row_len, c, s, out.reshape(-1), row_len, shift, elem,
-                        item_size=row_len)
-    return out
+        return out, None
+    row_len = _rows(n, codes.shape[-1], block)
+    flat = [read_only(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in (codes, scales)]
+    return out, (n // row_len, row_len, *flat)
 
 
 # ----------------------------------------------------------------------------------------------- NVFP4
@@ -177,19 +184,13 @@ def quantize_nvfp4(x: np.ndarray):
 def dequantize_nvfp4(codes: np.ndarray, block_scales: np.ndarray, g):
     if not kernels_enabled() or codes.ndim == 0:
         return None
-    fmt = FORMATS["nvfp4"]
-    n = codes.size
-    out = _empty(codes.shape, np.float32, n)
-    if n == 0:
-        return out
-    k = codes.shape[-1]
-    row_len = _rows(n, k, fmt.block_size)
-    c = read_only(np.ascontiguousarray(codes).reshape(-1).view(np.uint8))
-    s = read_only(np.ascontiguousarray(block_scales).reshape(-1).view(np.uint8))
-    _, e2m1_decode = _element_args("mxfp4")
-    _, e4m3_decode = _e4m3_args()
-    threads.run_chunked(_numba().nv_dequantize_rows, n // row_len, c, s, out.reshape(-1), row_len, np.float32(g),
-                        e2m1_decode, e4m3_decode, item_size=row_len)
+    out, walk = _dequantize_walk(codes, block_scales, FORMATS["nvfp4"].block_size)
+    if walk is not None:
+        rows, row_len, c, s = walk
+        _, e2m1_decode = _element_args("mxfp4")
+        _, e4m3_decode = _e4m3_args()
+        threads.run_chunked(_numba().nv_dequantize_rows, rows, c, s, out.reshape(-1), row_len, np.float32(g),
+                            e2m1_decode, e4m3_decode, item_size=row_len)
     return out
 
 
