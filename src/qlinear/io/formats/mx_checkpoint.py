@@ -99,16 +99,7 @@ def from_gpt_oss(blocks, scale_bytes) -> tuple[np.ndarray, np.ndarray]:
     (array([ 0.5, -6. ,  0.5, -6. ], dtype=float32), array([2.], dtype=float32))
     """
     blocks, scale_bytes = np.asarray(blocks), np.asarray(scale_bytes)
-    for name, array in (("blocks", blocks), ("scale_bytes", scale_bytes)):
-        if array.dtype != np.uint8:
-            raise TypeError(f"from_gpt_oss: {name} must be uint8 (gpt-oss stores both tensors as bytes), "
-                            f"got {array.dtype}")
-    if blocks.ndim < 2 or blocks.shape[-1] != BLOCK_BYTES:
-        raise ValueError(f"from_gpt_oss: blocks must have a last axis of {BLOCK_BYTES} bytes (the {BLOCK} float4 "
-                         f"codes of a block) after at least one block axis, got shape {blocks.shape}")
-    if scale_bytes.shape != blocks.shape[:-1]:
-        raise ValueError(f"from_gpt_oss: scale_bytes must have blocks' shape without its last axis (one scale per "
-                         f"block), {blocks.shape[:-1]}, got {scale_bytes.shape}")
+    _check_pair(blocks, scale_bytes, "from_gpt_oss")
     codes = np.empty(blocks.shape + (2,), np.uint8)
     codes[..., 0] = blocks & np.uint8(0x0F)
     codes[..., 1] = blocks >> np.uint8(4)
@@ -186,13 +177,14 @@ class MXFP4Tensor:
 def _check_pair(blocks: np.ndarray, scale_bytes: np.ndarray, where: str) -> None:
     for name, array in (("blocks", blocks), ("scale_bytes", scale_bytes)):
         if array.dtype != np.uint8:
-            raise TypeError(f"{where}: {name} must be uint8, got {array.dtype}")
+            raise TypeError(f"{where}: {name} must be uint8 (gpt-oss stores both tensors as bytes), "
+                            f"got {array.dtype}")
     if blocks.ndim < 2 or blocks.shape[-1] != BLOCK_BYTES:
-        raise ValueError(f"{where}: blocks must have a last axis of {BLOCK_BYTES} bytes after at least one block "
-                         f"axis, got shape {blocks.shape}")
+        raise ValueError(f"{where}: blocks must have a last axis of {BLOCK_BYTES} bytes (the {BLOCK} float4 "
+                         f"codes of a block) after at least one block axis, got shape {blocks.shape}")
     if scale_bytes.shape != blocks.shape[:-1]:
-        raise ValueError(f"{where}: scale_bytes must have blocks' shape without its last axis, {blocks.shape[:-1]}, "
-                         f"got {scale_bytes.shape}")
+        raise ValueError(f"{where}: scale_bytes must have blocks' shape without its last axis (one scale per "
+                         f"block), {blocks.shape[:-1]}, got {scale_bytes.shape}")
 
 
 # ----------------------------------------------------------------------------------------------------
