@@ -134,6 +134,7 @@ def _add_quantize(commands) -> None:
                    "format (ONNX models; mxfp4 also .safetensors): mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4; or a "
                    "comma-separated list of these (int4,mxfp4,nvfp4), which reports them side by side and writes "
                    "nothing")
+    # qlinear.mx.SCALE_RULES, written out: --help imports no numpy
     p.add_argument("--scale-rule", choices=("floor", "ceil", "even"),
                    help="MX formats: how a block's power-of-two scale is chosen: floor (default, OCP MX v1.0: the "
                    "block maximum may clip), ceil (never clips: cuBLAS, CUDA), even (torchao)")

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from .. import dtypes
+from ..reference import mx as mx_reference
 from . import evaluation, pipeline, report, static_quantization
 from .atomic import check_output, check_output_store
 from .errors import UserError
@@ -36,9 +37,7 @@ def parse_format(name: str):
     """An MX format of `qlinear.mx` by its --dtype name (``mxfp4``, ``nvfp4``, ...), or None."""
     if name.lower() not in MX_FORMATS:
         return None
-    from .. import mx
-
-    return mx.FORMATS[name.lower()]
+    return mx_reference.FORMATS[name.lower()]
 
 
 def _mx_settings(args, fmt) -> Settings:

@@ -21,13 +21,12 @@ import numpy as np
 from .. import schemas
 from ..dtypes import ElementType
 from ..granularity import Granularity
+from ..reference import mx as mx_reference
 from .errors import UserError
 
 FORMAT_VERSION = "qlinear.quantized/1"  # the metadata that `qlinear dequantize` reads back
 DEFAULT_BLOCK_SIZE = 32  # the default for types of 6 bits and fewer
-# The microscaling formats of `qlinear.mx` (--dtype), named here so that parsing needs no import of it.
-MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4")
-SCALE_RULES = ("floor", "ceil", "even")
+MX_FORMATS = tuple(mx_reference.FORMATS)  # the microscaling formats --dtype takes (`qlinear.mx`)
 
 
 # ----------------------------------------------------------------------------------------------------
