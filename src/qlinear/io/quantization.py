@@ -182,12 +182,11 @@ def onnx_scales(x, codes, scales, fmt, axis: int):
         low = (e < MXINT8_LOWEST_EXPONENT) & ~nan
         if low.any():
             e = np.where(low, MXINT8_LOWEST_EXPONENT, e)
-            blocks = np.moveaxis(np.asarray(x, np.float32), axis, -1)
-            k = blocks.shape[-1]
-            padded = np.pad(blocks, [(0, 0)] * (blocks.ndim - 1) + [(0, -k % fmt.block_size)])
-            grouped = padded.reshape(padded.shape[:-1] + (-1, fmt.block_size))
+            last = np.moveaxis(np.asarray(x, np.float32), axis, -1)
+            k = last.shape[-1]
             e_last, nan_last = np.moveaxis(e, axis, -1), np.moveaxis(nan, axis, -1)
-            again = mx_reference.mx_elements(grouped, e_last, nan_last, fmt).reshape(padded.shape)[..., :k]
+            grouped = mx_reference.blocks(last, fmt.block_size)
+            again = mx_reference.unblocks(mx_reference.mx_elements(grouped, e_last, nan_last, fmt), k)
             mask = np.repeat(np.moveaxis(low, axis, -1), fmt.block_size, axis=-1)[..., :k]
             codes = np.moveaxis(np.where(mask, again, np.moveaxis(np.asarray(codes), axis, -1)), -1, axis)
             scales = mx_reference.e8m0_from_exponents(e, nan)
