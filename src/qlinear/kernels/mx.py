@@ -63,11 +63,7 @@ def _numba():
     return _compiled
 
 
-def _empty(shape: tuple, dtype, n: int) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    if n * dtype.itemsize < output_pool.MIN_POOLED_BYTES:
-        return np.empty(shape, dtype)
-    return output_pool.empty(shape, dtype)
+_empty = output_pool.empty_result
 
 
 def _rows(n: int, k: int, block: int) -> int:

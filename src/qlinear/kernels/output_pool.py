@@ -91,6 +91,15 @@ def _trim(room: int) -> None:
             i += 1
 
 
+def empty_result(shape: tuple, dtype, n: int | None = None) -> np.ndarray:
+    """`empty` for a kernel's result: below the pooling threshold plain np.empty, without `empty`'s Python
+    overhead (``n``: the element count, when the caller has it)."""
+    dtype = np.dtype(dtype)
+    if (math.prod(shape) if n is None else n) * dtype.itemsize < MIN_POOLED_BYTES:
+        return np.empty(shape, dtype)
+    return empty(shape, dtype)
+
+
 def empty(shape, dtype) -> np.ndarray:
     """Like ``np.empty(shape, dtype)`` (C order); large results may reuse a dropped result's memory."""
     dtype = np.dtype(dtype)

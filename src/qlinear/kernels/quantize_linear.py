@@ -135,11 +135,7 @@ def _flat(array: np.ndarray) -> np.ndarray:
     return array.ravel()
 
 
-def _empty(shape: tuple, dtype: np.dtype, n: int) -> np.ndarray:
-    """`output_pool.empty`, whose answer below its threshold is np.empty, without its Python overhead."""
-    if n * dtype.itemsize < output_pool.MIN_POOLED_BYTES:
-        return np.empty(shape, dtype)
-    return output_pool.empty(shape, dtype)
+_empty = output_pool.empty_result
 
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)

@@ -18,7 +18,6 @@ float32 operations in the same order with FTZ/DAZ, runs in numba (`_tf_quantize_
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -39,11 +38,7 @@ def _numba():
     return _compiled
 
 
-def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """`output_pool.empty`, whose answer below its threshold is np.empty, without its Python overhead."""
-    if math.prod(shape) * dtype.itemsize < output_pool.MIN_POOLED_BYTES:
-        return np.empty(shape, dtype)
-    return output_pool.empty(shape, dtype)
+_empty = output_pool.empty_result
 
 
 def _launch(name: str, shape: tuple[int, int, int], *args):
