@@ -219,6 +219,32 @@ def test_quantize_nvfp4_equals_reference():
         _assert_same(codes, rcodes, f"codes, {what}", x)
 
 
+def test_nvfp4_block_scales_at_every_e4m3_rounding_boundary():
+    """Block maxima whose (amax / 6) / g lands on and around every E4M3 value and every midpoint between two
+    (the kernel rounds the block scale with a magic-number addition and takes its value as the sum minus
+    the magic number, not by decoding the byte)."""
+    values = np.arange(0, 127, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)  # 0 .. 448
+    targets = np.concatenate([values, (values[:-1] + values[1:]) / 2])
+    g = F32(F32(448.0) / F32(2688.0))  # the tensor scale: x's maximum is 448 (row 0 below)
+    amax = (targets * 6.0 * np.float64(g)).astype(F32)
+    near = [amax]
+    down, up = amax, amax
+    for _ in range(3):  # three float32 steps to either side
+        down, up = np.nextafter(down, F32(0)), np.nextafter(up, F32(np.inf))
+        near += [down, up]
+    maxima = np.unique(np.concatenate(near))
+    maxima = maxima[maxima <= F32(448.0 * 6.0) * g]
+    x = np.zeros((maxima.size + 1, 16), F32)
+    x[0, 0] = F32(448.0)  # the tensor maximum: g = float32(448 / 2688)
+    x[1:, 0] = maxima
+    x[1:, 1:] = maxima[:, None] * np.linspace(-1, 1, 15, dtype=F32)
+    codes, scales, g_k = km.quantize_nvfp4(x)
+    rcodes, rscales, rg = ref.quantize_nvfp4(x)
+    assert _bits(g_k) == _bits(rg)
+    _assert_same(scales, rscales, "block scales at E4M3 boundaries")
+    _assert_same(codes, rcodes, "codes at E4M3 boundaries", x)
+
+
 def test_dequantize_nvfp4_equals_reference():
     """Every float4 byte (the unused high bits too) under every E4M3 byte, for a few tensor scales."""
     codes = np.tile(np.arange(256, dtype=np.uint8), (256, 1)).view(ml_dtypes.float4_e2m1fn)

@@ -475,15 +475,28 @@ def _nv_threshold_fma(midpoint, d, ties_up):
 
 
 @njit(**_JIT)
-def _nv_scale(a, g, e4m3, e4m3_decode):
+def _nv_scale(a, g, e4m3):
     """(E4M3 block scale byte, d) for a block maximum's bits ``a`` (-1: the block holds an Inf or a NaN):
     float8_e4m3fn(min((amax / 6) / g, 448)) in float32 arithmetic, NaN (0x7F) for -1; d = float32(float32(scale)
-    * g), NaN for a NaN scale."""
+    * g), NaN for a NaN scale.
+
+    The scale is rounded as `encode_small_float` rounds it (s is finite and >= 0 here: one float32 addition
+    of a magic number), and its value is that sum minus the magic number, exact (both are multiples of the
+    E4M3 step at s, their difference a multiple below 2**9): the rounded value without decoding the byte,
+    which took a third of this function's instructions (checked against ml_dtypes for every float32 in
+    [0, 448] offline, 2026-12-02; tests/kernels/test_mx_kernels.py puts block maxima around every E4M3
+    value and midpoint)."""
     s = np.float32(np.float32(np.int32(a).view(np.float32) / np.float32(6)) / g)
-    s = s if s < np.float32(448) else np.float32(448)
-    code = encode_small_float(s, *e4m3)
-    code = code if a >= np.int32(0) else _E4M3_NAN
-    return code, np.float32(decode_small_float(code, *e4m3_decode) * g)
+    s = s if s < np.float32(448) else np.float32(448)  # a NaN s (a = -1) becomes 448: replaced below
+    shift, clamp, min_normal, magic_offset = e4m3[0], e4m3[1], e4m3[2], e4m3[3]
+    clamped = min(np.float32(s).view(np.int32), clamp)
+    binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
+    magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift)).view(np.float32)
+    total = np.float32(np.int32(clamped).view(np.float32) + magic)
+    rounded = np.float32(total - magic)
+    code = np.uint8(total.view(np.int32) & np.int32(0xFF))
+    d = np.float32(rounded * g)
+    return (code, d) if a >= np.int32(0) else (_E4M3_NAN, np.float32(np.nan))
 
 
 @njit(**_JIT)
@@ -506,8 +519,9 @@ def _nv_codes_16(typingctx, xs, cs, base, limits, j):
     Why an intrinsic: numba's loop over a block's 16 elements vectorised, but behind a runtime check that
     the input and output do not overlap, whose scalar fallback made LLVM load the eight thresholds into
     general registers and broadcast each (eight port-5 instructions a block, as many as the comparisons).
-    Here they are loaded and broadcast from memory (folded into the comparisons), and nothing else changes:
-    the same comparisons, sum, sign and byte."""
+    Here they are loaded and broadcast from memory, and the count is taken in two levels (the comparison
+    with the middle threshold selects which three follow: 3.3 ns a block in L2 where seven comparisons took
+    4.2): the same count, sign and byte."""
     if not (isinstance(xs, nbtypes.Array) and xs.dtype == nbtypes.float32 and xs.layout == "C"
             and isinstance(cs, nbtypes.Array) and cs.dtype == nbtypes.uint8 and cs.layout == "C"
             and isinstance(limits, nbtypes.Array) and limits.dtype == nbtypes.int32 and limits.ndim == 2
@@ -536,9 +550,12 @@ def _nv_codes_16(typingctx, xs, cs, base, limits, j):
         pointer = builder.bitcast(builder.gep(x_arr.data, [at]), lanes.as_pointer())
         bits = builder.load(pointer, align=4)
         magnitude = builder.and_(bits, ir.Constant(lanes, [0x7FFFFFFF] * NV_BLOCK))
-        index = ir.Constant(lanes, [0] * NV_BLOCK)
-        for k in range(7):
-            above = builder.icmp_signed(">", magnitude, splat(k))
+        # two levels: whether the magnitude is above the middle threshold (1.75 d: codes 4-7) picks the three
+        # thresholds compared next (4 comparisons and 3 blends where 7 comparisons took 3 instructions each)
+        upper = builder.icmp_signed(">", magnitude, splat(3))
+        index = builder.select(upper, ir.Constant(lanes, [4] * NV_BLOCK), ir.Constant(lanes, [0] * NV_BLOCK))
+        for k in range(3):
+            above = builder.icmp_signed(">", magnitude, builder.select(upper, splat(4 + k), splat(k)))
             index = builder.add(index, builder.zext(above, lanes))
         sign = builder.and_(builder.ashr(bits, ir.Constant(lanes, [28] * NV_BLOCK)), splat(7))
         code = builder.trunc(builder.or_(index, sign), ir.VectorType(i8, NV_BLOCK))
@@ -553,7 +570,7 @@ NV_GROUP = 64  # NVFP4 blocks whose scales and thresholds are computed together,
 
 
 @njit(**_JIT)
-def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, e4m3_decode, start, stop):
+def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop):
     """Pass 2 of NVFP4: the block scales float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an
     Inf or a NaN), d = float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of
     its magnitude with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
@@ -579,10 +596,11 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, e4m3_decode
         for first in range(0, per_row, NV_GROUP):
             m = min(NV_GROUP, per_row - first)
             tiny = 0
+            b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
             for j in range(m):
-                code, d = _nv_scale(am[srow + first + j], g, e4m3, e4m3_decode)
-                ss[srow + first + j] = code
-                dd[j] = d
+                code, d = _nv_scale(am[b0 + np.uint64(j)], g, e4m3)
+                ss[b0 + np.uint64(j)] = code
+                dd[np.uint64(j)] = d
                 tiny += np.int32(d < _FMA_SAFE and d > np.float32(0))
             if tiny == 0:
                 for j in range(m):

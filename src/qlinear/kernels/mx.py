@@ -171,9 +171,8 @@ def quantize_nvfp4(x: np.ndarray):
         g = np.float32(amax / np.float32(448.0 * 6.0))
     if g == 0:
         g = np.float32(1)
-    e4m3, e4m3_decode = _e4m3_args()
     threads.run_chunked(nb.nv_quantize_rows, rows, xin, read_only(block_amax), codes.reshape(-1).view(np.uint8),
-                        scales.reshape(-1).view(np.uint8), row_len, g, e4m3, e4m3_decode, item_size=row_len)
+                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], item_size=row_len)
     return codes, scales, g
 
 
