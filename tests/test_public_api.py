@@ -22,6 +22,8 @@ def test_public_names():
                  "set_output_pool_limit", "get_output_pool_limit"):
         assert callable(getattr(qlinear, name)), name
     assert callable(qlinear.tf.quantize_v2) and callable(qlinear.tf.dequantize)
+    assert callable(qlinear.tflite.quantize) and callable(qlinear.tflite.dequantize)
+    assert callable(qlinear.torch.quantize_per_tensor) and callable(qlinear.torch.fake_quantize_per_channel_affine)
 
 
 def test_qlinear_onnx_is_imported_on_first_use():

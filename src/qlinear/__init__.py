@@ -2,10 +2,11 @@
 
 The public API. ONNX operators are functions named after the operator, taking its inputs in order
 and its attributes as keywords with the ONNX defaults; `qlinear.tf` holds TensorFlow's QuantizeV2 and
-Dequantize.
+Dequantize, `qlinear.tflite` TensorFlow Lite's arithmetic in each of its kernel families, `qlinear.torch`
+PyTorch's quantize and fake-quantize operators, and `qlinear.mx` the microscaling formats.
 """
 
-from . import mx, tf
+from . import mx, tf, tflite, torch
 from .ops.dynamic import dynamic_quantize_linear
 from .errors import AccumulatorOverflowError
 from .kernels.output_pool import get_output_pool_limit, set_output_pool_limit
@@ -32,6 +33,8 @@ __all__ = [
     "set_output_pool_limit",
     "get_output_pool_limit",
     "tf",
+    "tflite",
+    "torch",
     "mx",
 ]
 __version__ = "0.1.0"
