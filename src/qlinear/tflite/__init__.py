@@ -6,6 +6,25 @@
 optimized kernels for the rest. ``qlinear.tflite`` never imports LiteRT or TensorFlow. See docs/tflite.md.
 """
 
+from qlinear.tflite.conv import (
+    conv_2d,
+    depthwise_conv_2d,
+    fully_connected,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
 from qlinear.tflite.quantize import dequantize, quantize
 
-__all__ = ["quantize", "dequantize"]
+__all__ = [
+    "quantize",
+    "dequantize",
+    "conv_2d",
+    "depthwise_conv_2d",
+    "fully_connected",
+    "quantize_multiplier",
+    "multiply_by_quantized_multiplier",
+    "saturating_rounding_doubling_high_mul",
+    "rounding_divide_by_pot",
+]
