@@ -281,7 +281,8 @@ examples:
 onnx's ReferenceEvaluator runs the ordinary operators; qlinear's kernels run QuantizeLinear,
 DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger and DynamicQuantizeLinear.
 --requantize float64 (default) reproduces onnx's reference arithmetic for QLinearConv/QLinearMatMul,
-float32 onnxruntime's (docs/onnx.md). Needs onnx (pip install 'qlinear[onnx]'); --compare needs onnxruntime.
+float32 onnxruntime's, tflite / tflite-single TFLite's reference kernels (default / single-rounding build),
+xnnpack XNNPACK's (docs/onnx.md, docs/tflite_conv.md). Needs onnx (pip install 'qlinear[onnx]'); --compare needs onnxruntime.
 """
 
 
@@ -299,8 +300,11 @@ def _add_run(commands) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="write every output to this .npz file")
     p.add_argument("--compare", action="store_true",
                    help="also run onnxruntime and print, per output, the max difference and the number of differing elements")
-    p.add_argument("--requantize", choices=("float64", "float32"), default="float64",
-                   help="QLinearConv/QLinearMatMul requantization: float64 = onnx reference (default), float32 = onnxruntime")
+    # the modes of qlinear.reference.requantize.REQUANTIZE_MODES, written out: --help must not import NumPy
+    p.add_argument("--requantize", choices=("float64", "float32", "tflite", "tflite-single", "xnnpack"),
+                   default="float64",
+                   help="QLinearConv/QLinearMatMul requantization: float64 = onnx reference (default), float32 = "
+                   "onnxruntime, tflite / tflite-single = TFLite's reference kernels, xnnpack = XNNPACK")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(run=_run_model)

@@ -61,6 +61,12 @@ def test_compare_reports_the_differing_elements(tmp_path, capsys):
     assert row["max_abs_difference"] == float(np.abs(ours.astype(int) - theirs.astype(int)).max())
     main(["run", str(tmp_path / "r.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--compare", "--requantize", "float32"])
     assert f"0 of {x.size} elements differ" in capsys.readouterr().out
+    # the TFLite modes reach the operators (the arithmetics themselves: tests/tflite/test_tflite_onnx_requantize.py)
+    for mode in ("tflite", "tflite-single", "xnnpack"):
+        assert main(["run", str(tmp_path / "r.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--requantize", mode,
+                     "-o", str(tmp_path / f"{mode}.npz")]) == 0
+        with np.load(tmp_path / f"{mode}.npz") as saved:
+            np.testing.assert_array_equal(saved["y"], qonnx.run(model, {"x": x}, requantize=mode)["y"], strict=True)
 
 
 @pytest.mark.parametrize(

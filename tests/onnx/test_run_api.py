@@ -68,7 +68,7 @@ def test_argument_errors():
         qonnx.run(model, {"x": x[:, :, :5]})
     with pytest.raises(ValueError, match=r"qlinear.onnx.run: 'y1' is not an output of the model; its outputs are \['y'\]"):
         qonnx.run(model, {"x": x}, outputs=["y1"])
-    with pytest.raises(ValueError, match=r"op_classes: requantize must be one of 'float64', 'float32', got 'float16'"):
+    with pytest.raises(ValueError, match=r"op_classes: requantize must be one of 'float64', 'float32', 'tflite', 'tflite-single', 'xnnpack', got 'float16'"):
         qonnx.run(model, {"x": x}, requantize="float16")
     with pytest.raises(ValueError, match=r"op_classes: requantize must be one of"):
         qonnx.op_classes(["float32"])

@@ -379,7 +379,7 @@ ERRORS = [
     ({"y_zero_point": np.zeros(2, np.uint8)}, ValueError, r"qlinear_conv: y_zero_point must be a scalar or a 1-element 1-D tensor"),
     ({"B": np.zeros(6, np.int64)}, TypeError, r"qlinear_conv: B must have dtype int32, got int64"),
     ({"B": np.zeros(5, np.int32)}, ValueError, r"qlinear_conv: B must be a 1-D tensor of M=6 elements, got shape \(5,\)"),
-    ({"requantize": "float16"}, ValueError, r"qlinear_conv: requantize must be one of 'float64', 'float32', got 'float16'"),
+    ({"requantize": "float16"}, ValueError, r"qlinear_conv: requantize must be one of 'float64', 'float32', 'tflite', 'tflite-single', 'xnnpack', got 'float16'"),
     ({"x_scale": f32(3e38), "w_scale": f32(3e38)}, ValueError, r"qlinear_conv: x_scale \* w_scale / y_scale overflows"),
 ]
 

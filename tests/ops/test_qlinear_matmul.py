@@ -212,7 +212,7 @@ ERRORS = [
     ({"b_scale": np.full(5, -0.1, f32)}, ValueError, r"qlinear_matmul: b_scale must be positive and finite"),
     ({"opset": 9}, ValueError, r"qlinear_matmul: opset must be >= 10 \(QLinearMatMul's first version\), got 9"),
     ({"opset": "21"}, TypeError, r"qlinear_matmul: opset must be an integer or None, got str"),
-    ({"requantize": "rne"}, ValueError, r"qlinear_matmul: requantize must be one of 'float64', 'float32', got 'rne'"),
+    ({"requantize": "rne"}, ValueError, r"qlinear_matmul: requantize must be one of 'float64', 'float32', 'tflite', 'tflite-single', 'xnnpack', got 'rne'"),
     ({"a_scale": f32(1e-30), "b_scale": np.full(5, 1e-30, f32), "y_scale": f32(1e30)}, None, None),
     ({"a_scale": f32(1e30), "b_scale": np.full(5, 1e30, f32)}, ValueError, r"qlinear_matmul: a_scale \* b_scale / y_scale overflows float32"),
 ]

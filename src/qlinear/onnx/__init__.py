@@ -77,7 +77,8 @@ def evaluator(model, *, requantize: str = "float64", verbose: int = 0) -> Refere
     """A ReferenceEvaluator for ``model`` (ModelProto, path or bytes) with qlinear's operator classes.
 
     ``requantize`` selects QLinearConv/QLinearMatMul's requantization arithmetic: ``"float64"`` (default)
-    is the onnx reference evaluator's, ``"float32"`` onnxruntime's (docs/semantics.md).
+    is the onnx reference evaluator's, ``"float32"`` onnxruntime's, ``"tflite"`` / ``"tflite-single"`` /
+    ``"xnnpack"`` those of TFLite's kernel families (docs/semantics.md, docs/tflite_conv.md).
     """
     op_classes(requantize)  # validates the mode before it is used as a cache key
     return _evaluator_class(requantize)(_load(model, "evaluator"), verbose=verbose)

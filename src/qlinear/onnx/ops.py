@@ -218,7 +218,8 @@ def op_classes(requantize: str = "float64") -> tuple[type[OpRun], ...]:
     """The operator classes, for ``ReferenceEvaluator(model, new_ops=op_classes(...))``.
 
     ``requantize`` is the QLinearConv/QLinearMatMul requantization arithmetic: ``"float64"`` (default; the
-    onnx reference evaluator's) or ``"float32"`` (onnxruntime's); the other operators do not depend on it.
+    onnx reference evaluator's), ``"float32"`` (onnxruntime's), ``"tflite"``, ``"tflite-single"`` or ``"xnnpack"``
+    (TFLite's kernel families); the other operators do not depend on it.
     """
     if not isinstance(requantize, str) or requantize not in REQUANTIZE_MODES:
         raise ValueError(

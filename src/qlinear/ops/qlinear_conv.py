@@ -16,7 +16,7 @@ import numpy as np
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.conv import conv_accumulate as _reference_conv_accumulate
-from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
+from qlinear.reference.requantize import FUSED_MODES, REQUANTIZE_MODES, arithmetic, requantize_multiplier
 from qlinear.reference.requantize import requantize as _requantize
 
 __all__ = ["qlinear_conv", "conv_integer", "prepack_conv", "AccumulatorOverflowError", "ConvGeometry", "conv_geometry"]
@@ -249,7 +249,9 @@ def qlinear_conv(
     int32 sum of ``(x - x_zero_point) * (w - w_zero_point)`` over each receptive field plus ``B``.
     ``w_scale`` and ``w_zero_point`` are per tensor or per output channel (1-D of length M, zero points
     may differ). ``requantize="float64"`` (default) reproduces the onnx reference evaluator's
-    arithmetic, ``"float32"`` onnxruntime's; see docs/semantics.md.
+    arithmetic, ``"float32"`` onnxruntime's, ``"tflite"`` / ``"tflite-single"`` TFLite's reference
+    CONV_2D (QuantizeMultiplier and the fixed-point multiply, in the default and the single-rounding build),
+    ``"xnnpack"`` XNNPACK's (equal to "float32"); see docs/semantics.md and docs/tflite_conv.md.
     Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
     """
     func = "qlinear_conv"
@@ -277,10 +279,12 @@ def qlinear_conv(
             raise ValueError(f"{func}: B must be a 1-D tensor of M={out_channels} elements, got shape {B.shape}")
 
     channel_shape = (1, out_channels) + (1,) * (x.ndim - 2)
+    requantize = arithmetic(requantize)
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
-        multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale, requantize)
+        multiplier = requantize_multiplier(x_scale, w_scale.reshape(channel_shape) if w_scale.ndim else w_scale, y_scale,
+                                           requantize, x.dtype)
     qa.check_multiplier(func, multiplier, "x_scale * w_scale / y_scale")
-    if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
+    if len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS and requantize in FUSED_MODES:
         # the kernels fuse the requantization into their store (same arithmetic as the reference's)
         im2col = _im2col()
         if packed is None:
@@ -288,7 +292,8 @@ def qlinear_conv(
         requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)
         return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", im2col.conv,
                                x, x_zero_point, packed, B, geometry, requant=requant)
-    acc = _conv_accumulate(x, x_zero_point, w, w_zero_point, B, geometry)
+    acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", _conv_accumulate,
+                          x, x_zero_point, w, w_zero_point, B, geometry, packed)
     qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
     return _requantize(acc, multiplier, y_zero_point, requantize)
 

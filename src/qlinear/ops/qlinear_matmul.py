@@ -27,7 +27,8 @@ import numpy as np
 from qlinear.ops import _quant_args as qa
 from qlinear.ops._quant_args import AccumulatorOverflowError
 from qlinear.reference.matmul_float8 import FLOAT8_TYPES, centered, fraction_bits, matmul_accumulate_exact, requantize_to_output
-from qlinear.reference.requantize import REQUANTIZE_MODES, requantize_multiplier
+from qlinear.reference.requantize import FUSED_MODES, REQUANTIZE_MODES, arithmetic, requantize_multiplier
+from qlinear.reference.requantize import requantize as _requantize
 
 __all__ = ["qlinear_matmul", "matmul_integer", "AccumulatorOverflowError"]
 
@@ -174,7 +175,10 @@ def qlinear_matmul(
     ``y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zero_point)`` with ``acc`` the exact int32
     ``(a - a_zero_point) @ (b - b_zero_point)``. Scales are float32 (opset 10) or float32/float16/bfloat16
     (opset 21, the default when ``opset`` is None), all three of one type. ``requantize="float64"``
-    (default) reproduces the onnx reference evaluator, ``"float32"`` onnxruntime; see docs/semantics.md.
+    (default) reproduces the onnx reference evaluator, ``"float32"`` onnxruntime, ``"tflite"`` /
+    ``"tflite-single"`` TFLite's QuantizeMultiplier and fixed-point multiply (its FULLY_CONNECTED kernels
+    before 2025; the default and the single-rounding build), ``"xnnpack"`` XNNPACK's (equal to "float32");
+    see docs/semantics.md and docs/tflite_conv.md.
     Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
 
     With any float8 a, b or y (no peer computes these; qlinear's semantics, docs/semantics.md): a float8
@@ -208,11 +212,11 @@ def qlinear_matmul(
     y_zero_point = qa.output_zero_point(func, "y_zero_point", y_zero_point, tensor_types)
     float8_operands = [(name, value.dtype) for name, value in (("a", a), ("b", b), ("y_zero_point", y_zero_point))
                        if value.dtype in FLOAT8_TYPES]
-    if float8_operands and requantize == "float32":
+    if float8_operands and requantize != "float64":
         name, dtype = float8_operands[0]
         raise ValueError(
-            f"{func}: requantize='float32' (onnxruntime's arithmetic) is not defined with a float8 {name} ({dtype}): "
-            "onnxruntime implements no float8 QLinearMatMul; use requantize='float64'"
+            f"{func}: requantize={requantize!r} is not defined with a float8 {name} ({dtype}): no runtime but "
+            "the onnx reference implements a float8 QLinearMatMul; use requantize='float64'"
         )
     a2, b2 = _as_matrices(func, a, b, "a", "b")
 
@@ -230,13 +234,18 @@ def qlinear_matmul(
     if y_zero_point.dtype in FLOAT8_TYPES:
         _require_zero(func, "y_zero_point", y_zero_point, "y")
 
+    requantize = arithmetic(requantize)
     with np.errstate(over="ignore", under="ignore"):  # an infinite multiplier is reported just below
-        multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize)
+        multiplier = requantize_multiplier(a_scale, b_scale, y_scale, requantize, a.dtype)
     qa.check_multiplier(func, multiplier, "a_scale * b_scale / y_scale")
     if float8_operands:
         acc = _float8_accumulate(func, a2, a_zero_point, b2, b_zero_point)
         return _restore_vector_axes(requantize_to_output(acc, multiplier, y_zero_point), a, b)
-    y = qa.int32_kernel(func, "(a - a_zero_point) @ (b - b_zero_point)", _matmul_accumulate,
+    what = "(a - a_zero_point) @ (b - b_zero_point)"
+    if requantize not in FUSED_MODES:
+        acc = qa.int32_kernel(func, what, _matmul_accumulate, a2, a_zero_point, b2, b_zero_point)
+        return _restore_vector_axes(_requantize(acc, multiplier, y_zero_point, requantize), a, b)
+    y = qa.int32_kernel(func, what, _matmul_accumulate,
                         a2, a_zero_point, b2, b_zero_point, requant=(multiplier, y_zero_point, y_zero_point.dtype, requantize))
     return _restore_vector_axes(y, a, b)
 

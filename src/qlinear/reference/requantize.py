@@ -16,20 +16,55 @@ bit for bit:
     y = round_half_to_even(saturate(y, qmin - y_zero_point, qmax - y_zero_point)) + y_zero_point
 
 Saturating before or after rounding gives the same result because the bounds are integers.
+
+The other runtimes' arithmetics, so that an ONNX model can be checked against the runtime it was deployed on
+(`qlinear.reference.tflite_requantize` transcribes them; docs/tflite_conv.md):
+
+``"xnnpack"``, XNNPACK's fp32 requantization (the default TFLite delegate): the ``"float32"`` arithmetic,
+    which it equals operation for operation (float32 scale product and quotient, float32(acc) times it,
+    clamp to the bounds less the zero point, round half to even, add the zero point).
+
+``"tflite"``, TFLite's reference CONV_2D / DEPTHWISE_CONV_2D kernels (and FULLY_CONNECTED's before 2025):
+    real = double(x_scale) * double(w_scale) / double(y_scale)        (int8 x: PopulateConvolutionQuantization-
+           double(float32(x_scale * w_scale)) / double(y_scale)        Params; uint8 x: the float32 product of
+                                                                       GetQuantizedConvolutionMultipler)
+    (M, shift) = QuantizeMultiplier(real)                              M in [2**30, 2**31), halves away
+    y = MultiplyByQuantizedMultiplier(int32(acc), M, shift) + y_zero_point,  saturated
+    where MultiplyByQuantizedMultiplier rounds twice (SaturatingRoundingDoublingHighMul, then
+    RoundingDivideByPOT).
+
+``"tflite-single"``: the same in a TFLITE_SINGLE_ROUNDING build: one rounding, halves toward +infinity.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-REQUANTIZE_MODES = ("float64", "float32")
+from . import tflite_requantize as tfl
+
+REQUANTIZE_MODES = ("float64", "float32", "tflite", "tflite-single", "xnnpack")
+FUSED_MODES = ("float64", "float32")  # the modes the integer kernels apply in their store
+_TFLITE_MODES = ("tflite", "tflite-single")
 
 
-def requantize_multiplier(a_scale, b_scale, y_scale, mode: str) -> np.ndarray:
+def arithmetic(mode: str) -> str:
+    """The mode whose arithmetic ``mode`` is: "xnnpack" computes exactly as "float32"."""
+    return "float32" if mode == "xnnpack" else mode
+
+
+def requantize_multiplier(a_scale, b_scale, y_scale, mode: str, a_dtype=None) -> np.ndarray:
     """``a_scale * b_scale / y_scale`` rounded as ``mode`` prescribes (see the module docstring).
 
-    The scales are arrays of one float type, already shaped to broadcast against the accumulator.
+    The scales are arrays of one float type, already shaped to broadcast against the accumulator. ``a_dtype``
+    (the first operand's type) matters for the TFLite modes only: uint8 takes the float32 scale product.
     """
+    mode = arithmetic(mode)
+    if mode in _TFLITE_MODES:
+        if a_dtype is not None and np.dtype(a_dtype) == np.dtype(np.uint8):
+            product = np.asarray(np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32), np.float64)
+        else:
+            product = np.asarray(a_scale, np.float64) * np.asarray(b_scale, np.float64)
+        return np.asarray(product / np.asarray(y_scale, np.float64))
     if mode == "float32":
         a_scale, b_scale, y_scale = (np.asarray(s, dtype=np.float32) for s in (a_scale, b_scale, y_scale))
     # NumPy keeps float32 * float32 in float32 (and float16 in float16, ml_dtypes bfloat16 in bfloat16):
@@ -45,6 +80,12 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray
     """
     out_dtype = y_zero_point.dtype
     qmin, qmax = np.iinfo(out_dtype).min, np.iinfo(out_dtype).max
+    mode = arithmetic(mode)
+    if mode in _TFLITE_MODES:
+        single = mode == "tflite-single"
+        fixed, shift = tfl.quantize_multipliers(multiplier, single)
+        y = tfl.multiply_by_quantized_multiplier(tfl.wrap_int32(acc), fixed, shift, single_rounding=single)
+        return np.clip(y + np.int64(y_zero_point), qmin, qmax).astype(out_dtype)
     if mode == "float64":
         # int32 * float32 promotes to float64 in NumPy; int32 values and float32/16 multipliers are exact
         # in float64, so the product is the exact product rounded once.
