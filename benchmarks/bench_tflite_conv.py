@@ -4,10 +4,10 @@
 
 For each layer and family ("reference" = BUILTIN_REF, "optimized" = BUILTIN_WITHOUT_DEFAULT_DELEGATES,
 "xnnpack" = AUTO) the script times qlinear's function and the interpreter's ``invoke()`` of a one-operator
-model of the same layer (tests/tflite/conv_models.py; weights and bias constant), best of ``--repeats``
-after one warm-up call, and checks that both give the same bits. qlinear's time includes the argument checks
-and the NHWC <-> NCHW transposes around its integer core; the interpreter's is ``invoke()`` alone, with
-``--threads`` threads. The CPU model comes from lscpu.
+model of the same layer (``layer_model`` of tests/tflite/litert_models.py; weights and bias constant), best
+of ``--repeats`` after one warm-up call, and checks that both give the same bits. qlinear's time includes the
+argument checks and the NHWC <-> NCHW transposes around its integer core; the interpreter's is ``invoke()``
+alone, with ``--threads`` threads. The CPU model comes from lscpu.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "tflite"))
 
-from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from conv_models import KERNELS, layer_model  # noqa: E402
+from litert_models import Runner, layer_model  # noqa: E402
 
 from qlinear.tflite.conv import conv_2d, depthwise_conv_2d, fully_connected  # noqa: E402
 
@@ -111,12 +110,10 @@ def main() -> None:
         positional = [args_.pop(k) for k in ("w", "bias", "x_scale", "x_zero_point", "w_scale", "y_scale", "y_zero_point")]
         model = layer_model(op, x.shape, x.dtype, *positional, **{k: v for k, v in args_.items() if k in model_keys})
         for family in ("reference", "optimized", "xnnpack"):
-            it = Interpreter(model_content=model, experimental_op_resolver_type=KERNELS[family],
-                             num_threads=args.threads)
-            it.allocate_tensors()
-            it.set_tensor(it.get_input_details()[0]["index"], x)
-            litert = best(it.invoke, args.repeats)
-            expected = it.get_tensor(it.get_output_details()[0]["index"])
+            runner = Runner(model, family, num_threads=args.threads)
+            runner.set_inputs(x)
+            litert = best(runner.invoke, args.repeats)
+            expected = runner.outputs()
             got = None
 
             def run(family=family):

@@ -23,16 +23,32 @@ Interface
     union type is taken from the class name (``BuiltinOptions`` or ``BuiltinOptions2``). ``version``: the
     operator code's version (kernels are registered for ranges of versions; 1 is always registered).
 
-``Runner(model, kernel)``
-    An interpreter for ``model`` (bytes from ``build_model``) under one kernel family; ``kernel`` is one of
-    ``KERNELS``: "reference" (``OpResolverType.BUILTIN_REF``: the reference kernels, no delegate),
-    "optimized" (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: the optimized kernels of the wheel, no XNNPACK),
-    "xnnpack" (``AUTO``: the optimized kernels with the XNNPACK delegate applied, what a default
-    ``Interpreter`` runs), or an ``OpResolverType``. ``runner(*arrays)`` sets the non-constant inputs in
-    order (an input of another shape resizes the tensor and reallocates), invokes, and returns copies of
-    the outputs (one array, or a list when the operator has several). ``runner.op_names`` lists the nodes
-    after delegation: ``["DELEGATE"]``-like names mean XNNPACK took the operator, the builtin name (e.g.
-    "QUANTIZE") that it did not; ``runner.delegated`` says which.
+``layer_model(op, x_shape, x_dtype, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, *,
+w_zero_point=0, strides=(1, 1), padding="VALID", dilations=(1, 1), activation=None, depth_multiplier=None,
+version=None) -> bytes``
+    A quantized CONV_2D (w OHWI), DEPTHWISE_CONV_2D (w 1HWO) or FULLY_CONNECTED (w [out, in],
+    keep_num_dims=True) ``build_model``: the oracle of ``qlinear.tflite.conv``, whose functions' arguments
+    these are. The weights and the bias are constants, the activation the only graph input; ``bias`` may be
+    None (the operator then has two inputs). A 1-D ``w_scale`` makes the weights per channel (dimension 0,
+    or 3 for depthwise); the bias's scales are ``float32(x_scale) * w_scale``, and every zero point is stored
+    once per scale. The output's shape and the options (padding, strides, dilations, fused activation: None,
+    "relu", "relu6" or "relu_n1_to_1"; for int16 activations ``quantized_bias_type``, the bias's type) are
+    computed here; ``version`` defaults to one that every resolver registers for the activation type.
+
+``Runner(model, kernel, *, num_threads=None, preserve_all_tensors=False)``
+    An interpreter for ``model`` (bytes from ``build_model``, or any model) under one kernel family;
+    ``kernel`` is one of ``KERNELS``: "reference" (``OpResolverType.BUILTIN_REF``: the reference kernels, no
+    delegate), "optimized" (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``: the optimized kernels of the wheel, no
+    XNNPACK), "xnnpack" (``AUTO``: the optimized kernels with the XNNPACK delegate applied, what a default
+    ``Interpreter`` runs), or an ``OpResolverType``. ``num_threads`` and ``preserve_all_tensors`` go to the
+    ``Interpreter`` (``experimental_preserve_all_tensors``: every intermediate tensor of a whole model stays
+    readable, and no delegate is applied). ``runner(*arrays)`` sets the non-constant inputs in order (an
+    input of another shape resizes the tensor and reallocates), invokes, and returns copies of the outputs
+    (one array, or a list when the model has several); ``runner.set_inputs(*arrays)``, ``runner.invoke()``
+    and ``runner.outputs()`` are its three steps (time ``invoke`` alone), ``runner.input_details`` /
+    ``runner.output_details`` the interpreter's, and ``runner.tensor(index)`` any tensor's value.
+    ``runner.op_names`` lists the nodes after delegation: ``["DELEGATE"]``-like names mean XNNPACK took the
+    operator, the builtin name (e.g. "QUANTIZE") that it did not; ``runner.delegated`` says which.
 
 ``run(model, kernel, *arrays)``: ``Runner(model, kernel)(*arrays)`` for one call.
 
@@ -192,17 +208,71 @@ def build_model(op, inputs, outputs, *, options=None, version: int = 1) -> bytes
     return bytes(builder.Output())
 
 
+_ACTIVATIONS = {None: schema.ActivationFunctionType.NONE, "relu": schema.ActivationFunctionType.RELU,
+                "relu6": schema.ActivationFunctionType.RELU6,
+                "relu_n1_to_1": schema.ActivationFunctionType.RELU_N1_TO_1}
+# Versions registered by every resolver for these types (int16 activations need the 16x8 versions).
+_LAYER_VERSIONS = {("CONV_2D", False): 3, ("CONV_2D", True): 4, ("DEPTHWISE_CONV_2D", False): 3,
+                   ("DEPTHWISE_CONV_2D", True): 5, ("FULLY_CONNECTED", False): 4, ("FULLY_CONNECTED", True): 7}
+
+
+def _output_size(size, kernel, stride, dilation, padding):
+    extent = dilation * (kernel - 1) + 1
+    return -(-size // stride) if padding == "SAME" else -(-(size - extent + 1) // stride)
+
+
+def layer_model(op, x_shape, x_dtype, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, *,
+                w_zero_point=0, strides=(1, 1), padding="VALID", dilations=(1, 1), activation=None,
+                depth_multiplier=None, version=None) -> bytes:
+    """A one-operator CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED model (see the module docstring)."""
+    x_dtype, w = np.dtype(x_dtype), np.asarray(w)
+    w_scale = np.asarray(w_scale, np.float32).reshape(-1)
+    channel_axis = 3 if op == "DEPTHWISE_CONV_2D" else 0
+    out_channels = w.shape[channel_axis]
+    # per-tensor weights keep quantized_dimension 0, as converters write them (XNNPACK declines uint8
+    # weights with another one)
+    inputs = [Tensor(tuple(x_shape), x_dtype, x_scale, x_zero_point),
+              Tensor(w.shape, w.dtype, w_scale, np.full(w_scale.shape, w_zero_point),
+                     channel_axis if w_scale.size > 1 else 0, data=w)]
+    if bias is not None:
+        bias = np.asarray(bias)
+        bias_scale = (np.float32(x_scale) * w_scale).astype(np.float32)
+        inputs.append(Tensor(bias.shape, bias.dtype, bias_scale, np.zeros(bias_scale.shape, np.int64), data=bias))
+
+    sixteen = x_dtype == np.int16
+    if op == "FULLY_CONNECTED":
+        options = schema.FullyConnectedOptionsT()
+        options.keepNumDims = True
+        y_shape = tuple(x_shape[:-1]) + (out_channels,)
+    else:
+        options = schema.Conv2DOptionsT() if op == "CONV_2D" else schema.DepthwiseConv2DOptionsT()
+        options.padding = getattr(schema.Padding, padding)
+        options.strideH, options.strideW = strides
+        options.dilationHFactor, options.dilationWFactor = dilations
+        if op == "DEPTHWISE_CONV_2D":
+            options.depthMultiplier = depth_multiplier or out_channels // x_shape[3]
+        y_shape = (x_shape[0],) + tuple(_output_size(x_shape[1 + i], w.shape[1 + i], strides[i], dilations[i], padding)
+                                        for i in range(2)) + (out_channels,)
+    if sixteen and bias is not None and op != "DEPTHWISE_CONV_2D":
+        options.quantizedBiasType = _TENSOR_TYPES[bias.dtype]
+    options.fusedActivationFunction = _ACTIVATIONS[activation]
+    return build_model(op, inputs, [Tensor(y_shape, x_dtype, y_scale, y_zero_point)], options=options,
+                       version=version or _LAYER_VERSIONS[op, bool(sixteen)])
+
+
 class Runner:
     """One interpreter for one model under one kernel family (see the module docstring)."""
 
-    def __init__(self, model: bytes, kernel):
+    def __init__(self, model: bytes, kernel, *, num_threads: int | None = None, preserve_all_tensors: bool = False):
         resolver = KERNELS[kernel] if isinstance(kernel, str) else kernel
         self.model = model
-        self.interpreter = Interpreter(model_content=model, experimental_op_resolver_type=resolver)
+        self.interpreter = Interpreter(model_content=model, experimental_op_resolver_type=resolver,
+                                       num_threads=num_threads,
+                                       experimental_preserve_all_tensors=preserve_all_tensors)
         self.interpreter.allocate_tensors()
-        self._inputs = self.interpreter.get_input_details()
-        self._outputs = self.interpreter.get_output_details()
-        self._shapes = [tuple(int(n) for n in d["shape"]) for d in self._inputs]
+        self.input_details = self.interpreter.get_input_details()
+        self.output_details = self.interpreter.get_output_details()
+        self._shapes = [tuple(int(n) for n in d["shape"]) for d in self.input_details]
 
     @property
     def op_names(self) -> list[str]:
@@ -212,24 +282,37 @@ class Runner:
     def delegated(self) -> bool:
         return any("DELEGATE" in name.upper() for name in self.op_names)
 
-    def __call__(self, *arrays):
+    def set_inputs(self, *arrays) -> None:
         it = self.interpreter
-        if len(arrays) != len(self._inputs):
-            raise ValueError(f"the model has {len(self._inputs)} non-constant inputs, got {len(arrays)} arrays")
-        arrays = [np.ascontiguousarray(a, dtype=d["dtype"]) for d, a in zip(self._inputs, arrays)]
+        if len(arrays) != len(self.input_details):
+            raise ValueError(f"the model has {len(self.input_details)} non-constant inputs, got {len(arrays)} arrays")
+        arrays = [np.ascontiguousarray(a, dtype=d["dtype"]) for d, a in zip(self.input_details, arrays)]
         resized = False
-        for i, (detail, array) in enumerate(zip(self._inputs, arrays)):
+        for i, (detail, array) in enumerate(zip(self.input_details, arrays)):
             if self._shapes[i] != array.shape:
                 it.resize_tensor_input(detail["index"], array.shape, strict=False)
                 self._shapes[i] = array.shape
                 resized = True
         if resized:
             it.allocate_tensors()
-        for detail, array in zip(self._inputs, arrays):
+        for detail, array in zip(self.input_details, arrays):
             it.set_tensor(detail["index"], array)
-        it.invoke()
-        results = [it.get_tensor(d["index"]).copy() for d in self._outputs]
+
+    def invoke(self) -> None:
+        self.interpreter.invoke()
+
+    def outputs(self):
+        results = [self.tensor(d["index"]) for d in self.output_details]
         return results[0] if len(results) == 1 else results
+
+    def tensor(self, index: int) -> np.ndarray:
+        """A copy of tensor ``index`` (with ``preserve_all_tensors``, any tensor of the model after ``invoke``)."""
+        return self.interpreter.get_tensor(index).copy()
+
+    def __call__(self, *arrays):
+        self.set_inputs(*arrays)
+        self.invoke()
+        return self.outputs()
 
 
 def run(model: bytes, kernel, *arrays):

@@ -13,7 +13,7 @@ import pytest
 
 from qlinear.tflite.conv import conv_2d, depthwise_conv_2d, fully_connected, quantize_multiplier
 
-from .conv_models import Runner, layer_model
+from .litert_models import Runner, layer_model
 
 FAMILIES = ("reference", "optimized", "xnnpack")
 OPS = {"CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d, "FULLY_CONNECTED": fully_connected}
