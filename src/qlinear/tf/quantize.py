@@ -10,12 +10,11 @@ slots in there without touching validation.
 from __future__ import annotations
 
 import math
-import operator
 
 import ml_dtypes
 import numpy as np
 
-from qlinear import _out, dask_adapter, dtypes
+from qlinear import _out, _validate, dask_adapter, dtypes
 from qlinear.dask_adapter import is_dask_array
 from qlinear.reference import tf_quantize as _ref
 
@@ -29,6 +28,7 @@ _TF_NAME_OF = {dtype: name for name, dtype in TF_QUANTIZED_TYPES.items()}
 MODES = (_ref.MIN_COMBINED, _ref.MIN_FIRST, _ref.SCALED)
 ROUND_MODES = (_ref.HALF_AWAY_FROM_ZERO, _ref.HALF_TO_EVEN)
 _OUTPUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+_CHOICE_MESSAGE = "{func}: {name} must be {choices}, is '{value}'"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,27 +102,8 @@ def resolve_quantized_type(T, func: str = "quantize_v2", argument: str = "T") ->
     )
 
 
-def _choice(func, argument, value, allowed, what):
-    if not isinstance(value, str):
-        raise TypeError(f"{func}: {argument} must be a string, got {type(value).__name__}")
-    if value not in allowed:
-        raise ValueError(f"{func}: {what} must be " + ", ".join(f"'{a}'" for a in allowed) + f", is '{value}'")
-    return value
-
-
-def _bool(func, argument, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: {argument} must be a bool, got {type(value).__name__}")
-    return bool(value)
-
-
 def _axis(func, value) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: axis must be an int, got bool")
-    try:
-        axis = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{func}: axis must be an int, got {type(value).__name__}") from None
+    axis = _validate.integer(func, "axis", value)
     if axis < -1:
         # TensorFlow's eager kernel treats axis < -1 as per-tensor (the graph shape function
         # rejects it); qlinear rejects it (a documented deviation).
@@ -148,20 +129,14 @@ def _is_real(dtype: np.dtype) -> bool:
 
 
 def _float_input(func, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001 - report any conversion failure as a TypeError
-        raise TypeError(f"{func}: input must be a real array-like of floats, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, "input", value, "a real array-like of floats")
     if not _is_real(arr.dtype):
         raise TypeError(f"{func}: input must be a real array-like of floats (it is converted to float32), got dtype {arr.dtype}")
     return arr.astype(np.float32, copy=False)
 
 
 def _range_values(func, argument, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001
-        raise TypeError(f"{func}: {argument} must be a float or an array of floats, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, argument, value, "a float or an array of floats")
     if not _is_real(arr.dtype):
         raise TypeError(f"{func}: {argument} must be a float or an array of floats, got dtype {arr.dtype}")
     arr = arr.astype(np.float32)
@@ -226,13 +201,13 @@ def quantize_v2(
             ensure_minimum_range=ensure_minimum_range, strict=strict)
     x = _float_input(func, input)
     dtype = resolve_quantized_type(T, func)
-    mode = _choice(func, "mode", mode, MODES, "mode")
-    round_mode = _choice(func, "round_mode", round_mode, ROUND_MODES, "round_mode")
+    mode = _validate.choice(func, "mode", mode, MODES, message=_CHOICE_MESSAGE)
+    round_mode = _validate.choice(func, "round_mode", round_mode, ROUND_MODES, message=_CHOICE_MESSAGE)
     if round_mode == _ref.HALF_TO_EVEN and mode != _ref.SCALED:
         raise ValueError(f"{func}: round_mode 'HALF_TO_EVEN' is only supported for mode 'SCALED', but mode is '{mode}'")
-    narrow_range = _bool(func, "narrow_range", narrow_range)
+    narrow_range = _validate.flag(func, "narrow_range", narrow_range)
     axis = _axis(func, axis)
-    strict = _bool(func, "strict", strict)
+    strict = _validate.flag(func, "strict", strict)
     try:
         ensure = np.float32(ensure_minimum_range)
     except (TypeError, ValueError):
@@ -349,13 +324,13 @@ def dequantize(
     q = np.asarray(input)
     if q.dtype not in _TF_NAME_OF:
         raise TypeError(f"{func}: input must have dtype int8, uint8, int16, uint16 or int32, got {q.dtype}")
-    mode = _choice(func, "mode", mode, MODES, "mode")
+    mode = _validate.choice(func, "mode", mode, MODES, message=_CHOICE_MESSAGE)
     out_dtype = _output_dtype(func, dtype)
     if out_dtype != np.float32 and mode != _ref.MIN_COMBINED:
         raise ValueError(f"{func}: when the output type is bfloat16, mode must be 'MIN_COMBINED', is '{mode}'")
-    narrow_range = _bool(func, "narrow_range", narrow_range)
+    narrow_range = _validate.flag(func, "narrow_range", narrow_range)
     axis = _axis(func, axis)
-    strict = _bool(func, "strict", strict)
+    strict = _validate.flag(func, "strict", strict)
     mins = _range_values(func, "min_range", min_range)
     maxs = _range_values(func, "max_range", max_range)
     if axis >= q.ndim:

@@ -15,6 +15,7 @@ import operator
 
 import numpy as np
 
+from qlinear import _validate
 from qlinear.reference import tflite_conv as _plan
 from qlinear.reference import tflite_requantize as _rq
 
@@ -115,21 +116,6 @@ def rounding_divide_by_pot(x, exponent) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------
 # Argument validation
 # --------------------------------------------------------------------------------------------------------
-def _choice(func, name, value, choices):
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{func}: {name} must be a string, got {type(value).__name__}")
-    if value not in choices:
-        shown = ", ".join("None" if c is None else repr(c) for c in choices)
-        raise ValueError(f"{func}: {name} must be one of {shown}, got {value!r}")
-    return value
-
-
-def _flag(func, name, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: {name} must be a bool, got {type(value).__name__}")
-    return bool(value)
-
-
 def _pair(func, name, value) -> tuple[int, int]:
     items = (value, value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
     try:
@@ -168,7 +154,7 @@ def _scale(func, name, value, length=None) -> np.ndarray:
                          f"channel), got shape {arr.shape}")
     with np.errstate(over="ignore", under="ignore"):
         arr = arr.astype(np.float32)
-    if not np.all(np.isfinite(arr) & (arr > 0)):
+    if _validate.first_bad_scale(arr) is not None:
         raise ValueError(f"{func}: {name} must be finite and > 0 as a float32, got {arr.tolist()}")
     return arr
 
@@ -213,9 +199,9 @@ def _weights_and_bias(func, x, w, bias, w_zero_point, out_channels, bias_require
 
 
 def _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation, kernel, single_rounding):
-    _choice(func, "kernel", kernel, KERNELS)
-    _choice(func, "activation", activation, ACTIVATIONS)
-    _flag(func, "single_rounding", single_rounding)
+    _validate.choice(func, "kernel", kernel, KERNELS, optional=True)
+    _validate.choice(func, "activation", activation, ACTIVATIONS, optional=True)
+    _validate.flag(func, "single_rounding", single_rounding)
     x_scale = _scale(func, "x_scale", x_scale)
     y_scale = _scale(func, "y_scale", y_scale)
     x_zp = _zero_point(func, "x_zero_point", x_zero_point, x.dtype)
@@ -237,6 +223,21 @@ def _padding(func, padding) -> str:
     if padding not in PADDINGS:
         raise ValueError(f"{func}: padding must be 'SAME' or 'VALID', got {padding!r}")
     return padding
+
+
+def _conv_arguments(func, x, w, x_scale, x_zero_point, y_scale, y_zero_point, strides, padding, dilations,
+                    activation, kernel, single_rounding):
+    """The checks CONV_2D and DEPTHWISE_CONV_2D share: (x, w, x_scale, y_scale, x_zp, y_zp, strides, dilations,
+    padding), validated."""
+    x = _tensor(func, "x", x, 4, _ACTIVATION_TYPES)
+    w = _tensor(func, "w", w, 4, (np.dtype(np.int8), np.dtype(np.uint8)))
+    x_scale, y_scale, x_zp, y_zp = _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation,
+                                           kernel, single_rounding)
+    strides, dilations = _pair(func, "strides", strides), _pair(func, "dilations", dilations)
+    padding = _padding(func, padding)
+    if min(x.shape) < 1 or min(w.shape) < 1:
+        raise ValueError(f"{func}: x and w must have no empty dimension, got shapes {x.shape} and {w.shape}")
+    return x, w, x_scale, y_scale, x_zp, y_zp, strides, dilations, padding
 
 
 def _geometry(func, in_hw, kernel_hw, strides, dilations, padding):
@@ -315,14 +316,9 @@ def conv_2d(x, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, *
     installed wheels are built without it).
     """
     func = "conv_2d"
-    x = _tensor(func, "x", x, 4, _ACTIVATION_TYPES)
-    w = _tensor(func, "w", w, 4, (np.dtype(np.int8), np.dtype(np.uint8)))
-    x_scale, y_scale, x_zp, y_zp = _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation,
-                                           kernel, single_rounding)
-    strides, dilations = _pair(func, "strides", strides), _pair(func, "dilations", dilations)
-    padding = _padding(func, padding)
-    if min(x.shape) < 1 or min(w.shape) < 1:
-        raise ValueError(f"{func}: x and w must have no empty dimension, got shapes {x.shape} and {w.shape}")
+    x, w, x_scale, y_scale, x_zp, y_zp, strides, dilations, padding = _conv_arguments(
+        func, x, w, x_scale, x_zero_point, y_scale, y_zero_point, strides, padding, dilations, activation, kernel,
+        single_rounding)
     out_channels, channels = w.shape[0], x.shape[3]
     if channels % w.shape[3]:
         raise ValueError(f"{func}: x's channels ({channels}) must be a multiple of w.shape[3] ({w.shape[3]}), "
@@ -351,14 +347,9 @@ def depthwise_conv_2d(x, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zer
     optimized 8-bit kernels (where XNNPACK, declining the node, leaves it) crash the interpreter.
     """
     func = "depthwise_conv_2d"
-    x = _tensor(func, "x", x, 4, _ACTIVATION_TYPES)
-    w = _tensor(func, "w", w, 4, (np.dtype(np.int8), np.dtype(np.uint8)))
-    x_scale, y_scale, x_zp, y_zp = _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation,
-                                           kernel, single_rounding)
-    strides, dilations = _pair(func, "strides", strides), _pair(func, "dilations", dilations)
-    padding = _padding(func, padding)
-    if min(x.shape) < 1 or min(w.shape) < 1:
-        raise ValueError(f"{func}: x and w must have no empty dimension, got shapes {x.shape} and {w.shape}")
+    x, w, x_scale, y_scale, x_zp, y_zp, strides, dilations, padding = _conv_arguments(
+        func, x, w, x_scale, x_zero_point, y_scale, y_zero_point, strides, padding, dilations, activation, kernel,
+        single_rounding)
     if w.shape[0] != 1:
         raise ValueError(f"{func}: w must have shape (1, KH, KW, O), got {w.shape}")
     out_channels, channels = w.shape[3], x.shape[3]
@@ -404,7 +395,7 @@ def fully_connected(x, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zero_
     w = _tensor(func, "w", w, 2, (np.dtype(np.int8), np.dtype(np.uint8)))
     x_scale, y_scale, x_zp, y_zp = _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation,
                                            kernel, single_rounding)
-    _flag(func, "reference_double_requantize", reference_double_requantize)
+    _validate.flag(func, "reference_double_requantize", reference_double_requantize)
     if x.ndim < 1 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"{func}: x's last dimension must equal w.shape[1] ({w.shape[1]}, the input depth), got "
                          f"x of shape {x.shape}")

@@ -17,11 +17,9 @@ per-channel               reference per-ch.   reference per-ch.      reference p
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
-from qlinear import dtypes
+from qlinear import _validate, dtypes
 from qlinear.reference import tflite_quantize as _ref
 
 __all__ = ["quantize", "dequantize", "KERNELS"]
@@ -37,20 +35,6 @@ _FLT_MIN = float(np.finfo(np.float32).tiny)
 # ---------------------------------------------------------------------------------------------
 # Argument normalisation
 # ---------------------------------------------------------------------------------------------
-def _kernel(func, value) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{func}: kernel must be a string, got {type(value).__name__}")
-    if value not in KERNELS:
-        raise ValueError(f"{func}: kernel must be one of " + ", ".join(f"'{k}'" for k in KERNELS) + f", got {value!r}")
-    return value
-
-
-def _bool(func, argument, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: {argument} must be a bool, got {type(value).__name__}")
-    return bool(value)
-
-
 def _output_type(func, value) -> dtypes.ElementType:
     t = dtypes.resolve_dtype(value, "dtype", func)
     if t.onnx_name not in _TYPES:
@@ -60,10 +44,7 @@ def _output_type(func, value) -> dtypes.ElementType:
 
 
 def _real_array(func, argument, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001 - any conversion failure is a TypeError here
-        raise TypeError(f"{func}: {argument} must be a real array-like, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, argument, value, "a real array-like")
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"{func}: {argument} must hold real numbers (it is converted to float32), got dtype {arr.dtype}")
     return arr
@@ -72,12 +53,7 @@ def _real_array(func, argument, value) -> np.ndarray:
 def _axis(func, value, ndim: int) -> int | None:
     if value is None:
         return None
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: axis must be None or an int, got bool")
-    try:
-        axis = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{func}: axis must be None or an int, got {type(value).__name__}") from None
+    axis = _validate.integer(func, "axis", value, "None or an int")
     if not -ndim <= axis < ndim:
         raise ValueError(f"{func}: axis (the quantized dimension) must be in [-{ndim}, {ndim}) for an input of "
                          f"{ndim} dimensions, got {axis}")
@@ -128,10 +104,10 @@ def _parameters(func, shape, axis, scale, zero_point, t: dtypes.ElementType):
         if zp.size != 1:
             raise ValueError(f"{func}: one scale (per-tensor) needs one zero_point, got {zp.size}")
         axis = None
-    ok = np.isfinite(s) & (s > 0)
-    if not ok.all():
+    bad = _validate.first_bad_scale(s)
+    if bad is not None:
         raise ValueError(f"{func}: scale must be positive and finite once rounded to float32 (TFLite's quantization "
-                         f"spec), got {float(s[~ok][0])!r}")
+                         f"spec), got {float(s[bad])!r}")
     return s, zp, axis
 
 
@@ -170,8 +146,8 @@ def quantize(x, scale, zero_point, dtype, *, axis=None, kernel: str = "reference
     arr = _real_array(func, "x", x)
     x32 = arr.astype(np.float32, copy=False)
     t = _output_type(func, dtype)
-    kernel = _kernel(func, kernel)
-    strict = _bool(func, "strict", strict)
+    kernel = _validate.choice(func, "kernel", kernel, KERNELS)
+    strict = _validate.flag(func, "strict", strict)
     ax = _axis(func, axis, x32.ndim)
     s, zp, ax = _parameters(func, x32.shape, ax, scale, zero_point, t)
     delegated = ax is None and t.onnx_name in _XNNPACK_TYPES
@@ -212,7 +188,7 @@ def dequantize(q, scale, zero_point, *, axis=None, kernel: str = "reference") ->
     if q.dtype not in _BY_DTYPE:
         raise TypeError(f"{func}: q must have dtype int8, uint8 or int16, got {q.dtype}")
     t = _BY_DTYPE[q.dtype]
-    kernel = _kernel(func, kernel)
+    kernel = _validate.choice(func, "kernel", kernel, KERNELS)
     ax = _axis(func, axis, q.ndim)
     s, zp, ax = _parameters(func, q.shape, ax, scale, zero_point, t)
     if t.onnx_name == "int16" and (zp != 0).any():

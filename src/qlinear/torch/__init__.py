@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from qlinear import _validate
 from qlinear.reference import torch_quantize as _ref
 
 __all__ = [
@@ -58,12 +59,6 @@ def _dtype(func, value) -> np.dtype:
         f"{func}: dtype must be one of qint8, quint8, qint32 (or the NumPy dtypes int8, uint8, int32), got {value!r}")
 
 
-def _bool(func, argument, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: {argument} must be a bool, got {type(value).__name__}")
-    return bool(value)
-
-
 def _int(func, argument, value) -> int:
     """A Python or NumPy integer (not a bool, not a float: torch's argument parser takes ints only)."""
     if isinstance(value, (bool, np.bool_, float, np.floating)):
@@ -81,10 +76,7 @@ def _is_real(dtype: np.dtype) -> bool:
 
 
 def _float_input(func, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise TypeError(f"{func}: x must be a real array-like, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, "x", value, "a real array-like")
     if not _is_real(arr.dtype):
         raise TypeError(f"{func}: x must be a real array-like (it is converted to float32), got dtype {arr.dtype}")
     return arr.astype(np.float32, copy=False)
@@ -93,11 +85,8 @@ def _float_input(func, value) -> np.ndarray:
 def _check_scales(func, argument, s: np.ndarray, raw) -> None:
     """Every float32 scale positive, finite, with a finite float32 reciprocal (qlinear's rule: torch checks
     nothing and computes with whatever 1.0f / scale gives)."""
-    with np.errstate(all="ignore"):
-        inv = np.float32(1) / s
-    bad = ~((s > 0) & np.isfinite(s) & np.isfinite(inv))
-    if bad.any():
-        i = int(np.flatnonzero(bad.reshape(-1))[0])
+    i = _validate.first_bad_scale(s, finite_reciprocal=True)
+    if i is not None:
         where = "" if s.ndim == 0 else f"[{i}]"
         value = float(np.asarray(raw, dtype=np.float64).reshape(-1)[i]) if s.ndim else raw
         raise ValueError(
@@ -108,10 +97,7 @@ def _check_scales(func, argument, s: np.ndarray, raw) -> None:
 def _scalar_scale(func, value) -> np.float32:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{func}: scale must be a float, got bool")
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise TypeError(f"{func}: scale must be a float, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, "scale", value, "a float")
     if arr.ndim != 0 or not _is_real(arr.dtype):
         raise TypeError(f"{func}: scale must be a float (one value for the whole tensor), got "
                         f"{type(value).__name__}" + (f" of shape {arr.shape}" if arr.ndim else f" of dtype {arr.dtype}"))
@@ -122,10 +108,7 @@ def _scalar_scale(func, value) -> np.float32:
 
 
 def _channel_scales(func, argument, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise TypeError(f"{func}: {argument} must be a 1-D array of floats, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, argument, value, "a 1-D array of floats")
     if not _is_real(arr.dtype):
         raise TypeError(f"{func}: {argument} must be a 1-D array of floats, got dtype {arr.dtype}")
     if arr.ndim != 1:
@@ -137,10 +120,7 @@ def _channel_scales(func, argument, value) -> np.ndarray:
 
 
 def _channel_zero_points(func, argument, value) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:
-        raise TypeError(f"{func}: {argument} must be a 1-D array of ints, got {type(value).__name__}") from exc
+    arr = _validate.as_array(func, argument, value, "a 1-D array of ints")
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(
             f"{func}: {argument} must hold integers, got dtype {arr.dtype} (torch's separate arithmetic for "
@@ -162,12 +142,7 @@ def _check_range(func, argument, values, lo, hi, rule) -> None:
 
 
 def _axis(func, value, ndim) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{func}: axis must be an int, got bool")
-    try:
-        axis = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{func}: axis must be an int, got {type(value).__name__}") from None
+    axis = _validate.integer(func, "axis", value)
     if not 0 <= axis < ndim:
         raise ValueError(
             f"{func}: axis must be in [0, {ndim}) for an input of {ndim} dimension{'s' if ndim != 1 else ''}, got "
@@ -231,8 +206,8 @@ def quantize_per_tensor(x, scale, zero_point, dtype, *, strict: bool = False, le
     s = _scalar_scale(func, scale)
     zp = _int(func, "zero_point", zero_point)
     dt = _dtype(func, dtype)
-    strict = _bool(func, "strict", strict)
-    legacy = _bool(func, "legacy", legacy)
+    strict = _validate.flag(func, "strict", strict)
+    legacy = _validate.flag(func, "legacy", legacy)
     info = np.iinfo(dt)
     _check_range(func, "zero_point", zp, int(info.min), int(info.max), f"the range of {_NAME_OF[dt]}, torch's check")
     if strict:
@@ -257,8 +232,8 @@ def quantize_per_channel(x, scales, zero_points, axis, dtype, *, strict: bool = 
     s = _channel_scales(func, "scales", scales)
     zps = _channel_zero_points(func, "zero_points", zero_points)
     dt = _dtype(func, dtype)
-    strict = _bool(func, "strict", strict)
-    legacy = _bool(func, "legacy", legacy)
+    strict = _validate.flag(func, "strict", strict)
+    legacy = _validate.flag(func, "legacy", legacy)
     if s.shape[0] != zps.shape[0]:
         raise ValueError(f"{func}: scales and zero_points must have the same number of elements (torch's check), "
                          f"got {s.shape[0]} and {zps.shape[0]}")
@@ -289,7 +264,7 @@ def fake_quantize_per_tensor_affine(x, scale, zero_point, quant_min, quant_max, 
     s = _scalar_scale(func, scale)
     zp = _int(func, "zero_point", zero_point)
     qmin, qmax = _quant_range(func, quant_min, quant_max)
-    strict = _bool(func, "strict", strict)
+    strict = _validate.flag(func, "strict", strict)
     _check_range(func, "zero_point", zp, qmin, qmax, "between quant_min and quant_max, torch's check")
     if strict:
         _no_nan(func, xf)
@@ -312,7 +287,7 @@ def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quan
     s = _channel_scales(func, "scale", scale)
     zps = _channel_zero_points(func, "zero_point", zero_point)
     qmin, qmax = _quant_range(func, quant_min, quant_max)
-    strict = _bool(func, "strict", strict)
+    strict = _validate.flag(func, "strict", strict)
     if s.shape[0] != zps.shape[0]:
         raise ValueError(f"{func}: scale and zero_point must have the same number of elements (torch's check), "
                          f"got {s.shape[0]} and {zps.shape[0]}")
