@@ -602,28 +602,18 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop
                 ss[b0 + np.uint64(j)] = code
                 dd[np.uint64(j)] = d
                 tiny += np.int32(d < _FMA_SAFE and d > np.float32(0))
-            if tiny == 0:
-                for j in range(m):
-                    d = dd[j]
-                    limits[0, j] = _nv_threshold_fma(_MIDPOINTS[0], d, False)
-                    limits[1, j] = _nv_threshold_fma(_MIDPOINTS[1], d, True)
-                    limits[2, j] = _nv_threshold_fma(_MIDPOINTS[2], d, False)
-                    limits[3, j] = _nv_threshold_fma(_MIDPOINTS[3], d, True)
-                    limits[4, j] = _nv_threshold_fma(_MIDPOINTS[4], d, False)
-                    limits[5, j] = _nv_threshold_fma(_MIDPOINTS[5], d, True)
-                    limits[6, j] = _nv_threshold_fma(_MIDPOINTS[6], d, False)
-                    limits[7, j] = np.int32(8) if d > np.float32(0) else np.int32(0)
-            else:  # a block scale below 2^-100: the float64 form
-                for j in range(m):
-                    d = dd[j]
-                    limits[0, j] = _nv_threshold(_MIDPOINTS[0], d, False)
-                    limits[1, j] = _nv_threshold(_MIDPOINTS[1], d, True)
-                    limits[2, j] = _nv_threshold(_MIDPOINTS[2], d, False)
-                    limits[3, j] = _nv_threshold(_MIDPOINTS[3], d, True)
-                    limits[4, j] = _nv_threshold(_MIDPOINTS[4], d, False)
-                    limits[5, j] = _nv_threshold(_MIDPOINTS[5], d, True)
-                    limits[6, j] = _nv_threshold(_MIDPOINTS[6], d, False)
-                    limits[7, j] = np.int32(8) if d > np.float32(0) else np.int32(0)
+            # the seven thresholds, one vectorised loop over the blocks each (the odd midpoints' ties go up: the
+            # even code wins); a block scale below 2^-100 anywhere in the group takes the float64 form
+            for k in range(7):
+                midpoint, ties_up = _MIDPOINTS[k], k % 2 == 1
+                if tiny == 0:
+                    for j in range(m):
+                        limits[k, j] = _nv_threshold_fma(midpoint, dd[j], ties_up)
+                else:
+                    for j in range(m):
+                        limits[k, j] = _nv_threshold(midpoint, dd[j], ties_up)
+            for j in range(m):
+                limits[7, j] = np.int32(8) if dd[j] > np.float32(0) else np.int32(0)
             stop_block = min(m, full - first)  # the whole blocks of the group
             end = row + (first + stop_block) * NV_BLOCK
             while ahead < end:
