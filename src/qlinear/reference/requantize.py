@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import tflite_requantize as tfl
+from .tflite_conv import real_multipliers
 
 REQUANTIZE_MODES = ("float64", "float32", "tflite", "tflite-single", "xnnpack")
 FUSED_MODES = ("float64", "float32")  # the modes the integer kernels apply in their store
@@ -60,11 +61,8 @@ def requantize_multiplier(a_scale, b_scale, y_scale, mode: str, a_dtype=None) ->
     """
     mode = arithmetic(mode)
     if mode in _TFLITE_MODES:
-        if a_dtype is not None and np.dtype(a_dtype) == np.dtype(np.uint8):
-            product = np.asarray(np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32), np.float64)
-        else:
-            product = np.asarray(a_scale, np.float64) * np.asarray(b_scale, np.float64)
-        return np.asarray(product / np.asarray(y_scale, np.float64))
+        uint8 = a_dtype is not None and np.dtype(a_dtype) == np.dtype(np.uint8)
+        return np.asarray(real_multipliers(a_scale, b_scale, y_scale, float32_product=uint8))
     if mode == "float32":
         a_scale, b_scale, y_scale = (np.asarray(s, dtype=np.float32) for s in (a_scale, b_scale, y_scale))
     # NumPy keeps float32 * float32 in float32 (and float16 in float16, ml_dtypes bfloat16 in bfloat16):
