@@ -16,6 +16,8 @@ import operator
 import numpy as np
 
 from qlinear import _validate
+from qlinear.ops.qlinear_conv import conv_integer
+from qlinear.ops.qlinear_matmul import matmul_integer
 from qlinear.reference import tflite_conv as _plan
 from qlinear.reference import tflite_requantize as _rq
 
@@ -260,14 +262,17 @@ def _geometry(func, in_hw, kernel_hw, strides, dilations, padding):
 # --------------------------------------------------------------------------------------------------------
 # Exact accumulators on qlinear's integer core
 # --------------------------------------------------------------------------------------------------------
-def _byte_planes(x):
-    """int16 x as ``256 * high + low`` (int8 high byte, uint8 low byte), each plane one 8-bit operand."""
-    return ((x >> 8).astype(np.int8), 256), ((x & 0xFF).astype(np.uint8), 1)
+def _by_byte_planes(accumulate, x, x_zp) -> np.ndarray:
+    """``accumulate(x, x_zp)`` (int64), and for int16 x, whose 8-bit operands the integer core takes, the sum
+    ``256 * accumulate(high, 0) + accumulate(low, 0)`` over x = 256 * high + low (int8 high byte, uint8 low
+    byte; int16 activations have zero point 0)."""
+    if x.dtype != np.int16:
+        return accumulate(x, x_zp)
+    return accumulate((x >> 8).astype(np.int8), 0) * 256 + accumulate((x & 0xFF).astype(np.uint8), 0)
 
 
 def _conv_accumulate(x, w_oihw, w_zp, x_zp, *, group, strides, dilations, pads) -> np.ndarray:
     """Exact NHWC int64 accumulator (without bias) of an NHWC x and an OIHW w."""
-    from qlinear.ops.qlinear_conv import conv_integer
 
     def one(plane, plane_zp):
         x_nchw = np.ascontiguousarray(plane.transpose(0, 3, 1, 2))
@@ -275,22 +280,14 @@ def _conv_accumulate(x, w_oihw, w_zp, x_zp, *, group, strides, dilations, pads) 
                            group=group, strides=strides, dilations=dilations, pads=pads)
         return acc.transpose(0, 2, 3, 1).astype(np.int64)
 
-    if x.dtype != np.int16:
-        return one(x, x_zp)
-    (high, high_weight), (low, _) = _byte_planes(x)
-    return one(high, 0) * high_weight + one(low, 0)
+    return _by_byte_planes(one, x, x_zp)
 
 
 def _matmul_accumulate(x2, w, w_zp, x_zp) -> np.ndarray:
-    from qlinear.ops.qlinear_matmul import matmul_integer
-
     def one(plane, plane_zp):
         return matmul_integer(plane, w.T, np.array(plane_zp, plane.dtype), np.array(w_zp, w.dtype)).astype(np.int64)
 
-    if x2.dtype != np.int16:
-        return one(x2, x_zp)
-    (high, high_weight), (low, _) = _byte_planes(x2)
-    return one(high, 0) * high_weight + one(low, 0)
+    return _by_byte_planes(one, x2, x_zp)
 
 
 def _with_bias(acc, bias):
