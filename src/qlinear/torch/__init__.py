@@ -150,11 +150,15 @@ def _axis(func, value, ndim) -> int:
     return axis
 
 
-def _check_length(func, argument, arr, x_shape, axis) -> None:
-    if arr.shape[0] != x_shape[axis]:
+def _check_channels(func, scale_name, zero_point_name, scales, zero_points, x_shape, axis) -> None:
+    """As many scales as zero points (torch's check), and one of each per index of x.shape[axis]."""
+    if scales.shape[0] != zero_points.shape[0]:
+        raise ValueError(f"{func}: {scale_name} and {zero_point_name} must have the same number of elements "
+                         f"(torch's check), got {scales.shape[0]} and {zero_points.shape[0]}")
+    if scales.shape[0] != x_shape[axis]:
         raise ValueError(
-            f"{func}: {argument} must have one value per channel, x.shape[{axis}] = {x_shape[axis]}, got "
-            f"{arr.shape[0]}")
+            f"{func}: {scale_name} must have one value per channel, x.shape[{axis}] = {x_shape[axis]}, got "
+            f"{scales.shape[0]}")
 
 
 def _three_dims(shape, axis):
@@ -234,10 +238,7 @@ def quantize_per_channel(x, scales, zero_points, axis, dtype, *, strict: bool = 
     dt = _dtype(func, dtype)
     strict = _validate.flag(func, "strict", strict)
     legacy = _validate.flag(func, "legacy", legacy)
-    if s.shape[0] != zps.shape[0]:
-        raise ValueError(f"{func}: scales and zero_points must have the same number of elements (torch's check), "
-                         f"got {s.shape[0]} and {zps.shape[0]}")
-    _check_length(func, "scales", s, xf.shape, ax)
+    _check_channels(func, "scales", "zero_points", s, zps, xf.shape, ax)
     info = np.iinfo(dt)
     _check_range(func, "zero_points", zps, int(info.min), int(info.max), f"the range of {_NAME_OF[dt]}, torch's check")
     if strict:
@@ -288,10 +289,7 @@ def fake_quantize_per_channel_affine(x, scale, zero_point, axis, quant_min, quan
     zps = _channel_zero_points(func, "zero_point", zero_point)
     qmin, qmax = _quant_range(func, quant_min, quant_max)
     strict = _validate.flag(func, "strict", strict)
-    if s.shape[0] != zps.shape[0]:
-        raise ValueError(f"{func}: scale and zero_point must have the same number of elements (torch's check), "
-                         f"got {s.shape[0]} and {zps.shape[0]}")
-    _check_length(func, "scale", s, xf.shape, ax)
+    _check_channels(func, "scale", "zero_point", s, zps, xf.shape, ax)
     _check_range(func, "zero_point", zps, qmin, qmax, "between quant_min and quant_max, torch's check")
     if strict:
         _no_nan(func, xf)
