@@ -19,7 +19,7 @@ from numba.extending import intrinsic, overload  # noqa: E402
 
 from ._prefetch import BLOCK, prefetch_ahead  # noqa: E402
 from ._vector_width import use_512_bit_vectors  # noqa: E402
-from .small_float import _shift_right_u32, decode_small_float, encode_small_float  # noqa: E402
+from .small_float import decode_small_float, magic_sum  # noqa: E402
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 # The per-block helpers take array arguments: inlined by numba itself (a call would pass each array by value and
@@ -171,10 +171,8 @@ def encode_finite(v, shift, clamp, min_normal, magic_offset, nan_code, sign_valu
     has (``keep_mask`` 0x7F800000; the driver checks the format). Same arguments, the unused ones ignored."""
     bits = np.float32(v).view(np.int32)
     magnitude = np.int32(bits & np.int32(0x7FFFFFFF))
-    clamped = min(magnitude, clamp)
-    binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
-    magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift))
-    code = np.float32(np.int32(clamped).view(np.float32) + np.int32(magic).view(np.float32)).view(np.int32)
+    total, _ = magic_sum(min(magnitude, clamp), shift, min_normal, magic_offset)
+    code = np.float32(total).view(np.int32)
     return np.uint8(code | (np.int32(bits >> np.int32(31)) & sign_value))
 
 
@@ -489,12 +487,9 @@ def _nv_scale(a, g, e4m3):
     s = np.float32(np.float32(np.int32(a).view(np.float32) / np.float32(6)) / g)
     s = s if s < np.float32(448) else np.float32(448)  # a NaN s (a = -1) becomes 448: replaced below
     shift, clamp, min_normal, magic_offset = e4m3[0], e4m3[1], e4m3[2], e4m3[3]
-    clamped = min(np.float32(s).view(np.int32), clamp)
-    binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
-    magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift)).view(np.float32)
-    total = np.float32(np.int32(clamped).view(np.float32) + magic)
+    total, magic = magic_sum(min(np.float32(s).view(np.int32), clamp), shift, min_normal, magic_offset)
     rounded = np.float32(total - magic)
-    code = np.uint8(total.view(np.int32) & np.int32(0xFF))
+    code = np.uint8(np.float32(total).view(np.int32) & np.int32(0xFF))
     d = np.float32(rounded * g)
     return (code, d) if a >= np.int32(0) else (_E4M3_NAN, np.float32(np.nan))
 

@@ -300,6 +300,15 @@ if njit is not None:
 
         return types.int32(types.int32, types.int32), codegen
 
+    @njit(cache=True, nogil=True, inline="always")  # inside the callers' vectorised loops
+    def magic_sum(clamped, shift, min_normal, magic_offset):
+        """(sum, magic), float32: the magnitude bits ``clamped`` (at most the format's clamp) plus the magic
+        number of its binade (see `SmallFloatFormat.args`). The sum's low bits are the format's code and
+        ``sum - magic`` is, exactly, the magnitude rounded (half to even) to the format."""
+        binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
+        magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift)).view(np.float32)
+        return np.float32(np.int32(clamped).view(np.float32) + magic), magic
+
     @njit(cache=True, nogil=True)
     def encode_small_float(v, shift, clamp, min_normal, magic_offset, nan_code, sign_value, keep_mask):
         """The float8/6/4 byte for float32 ``v`` (see `SmallFloatFormat.args` for the parameters).
@@ -312,9 +321,8 @@ if njit is not None:
         bits = np.float32(v).view(np.int32)
         magnitude = np.int32(bits & np.int32(0x7FFFFFFF))
         clamped = min(magnitude, clamp)  # Inf too; NaN is replaced below
-        binade = max(np.int32(clamped & np.int32(0x7F800000)), min_normal)
-        magic = np.int32(np.int32(binade + magic_offset) + _shift_right_u32(binade, shift))
-        code = np.float32(np.int32(clamped).view(np.float32) + np.int32(magic).view(np.float32)).view(np.int32)
+        total, _ = magic_sum(clamped, shift, min_normal, magic_offset)
+        code = np.float32(total).view(np.int32)
         if magnitude > np.int32(0x7F800000):
             code = nan_code
         negative = np.int32(bits >> np.int32(31))  # all ones or zero
