@@ -14,9 +14,9 @@ from ai_edge_litert import schema_py_generated as schema
 
 import qlinear
 from qlinear.reference import requantize
-from qlinear.tflite import conv_2d
 
 from .litert_models import Runner, Tensor, build_model
+from .test_tflite_requantize import fraction_mbqm, fraction_quantize_multiplier
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
@@ -78,8 +78,13 @@ def test_qlinear_conv_tflite_and_xnnpack_modes_equal_the_interpreter():
     # the case tells the arithmetics apart: halfway products round differently
     assert np.count_nonzero(ours["tflite"] != ours["xnnpack"]) > 20
     assert np.count_nonzero(ours["tflite"] != ours["float64"]) > 20
-    # single rounding (a build flag no wheel uses): qlinear.tflite's transcription, checked against Fractions
-    single = conv_2d(x, w, bias, x_scale, x_zp, w_scale, y_scale, y_zp, padding="SAME", single_rounding=True)
+    # single rounding (a build flag no wheel uses): the exact Fraction transcription of QuantizeMultiplier and
+    # the one-rounding MultiplyByQuantizedMultiplier, on the exact accumulator
+    acc = qlinear.conv_integer(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), np.int8(x_zp), np.int8(0),
+                               auto_pad="SAME_UPPER").transpose(0, 2, 3, 1).astype(np.int64) + bias
+    fixed = [fraction_quantize_multiplier(float(x_scale) * float(s) / float(y_scale), True) for s in w_scale]
+    single = np.array([min(127, max(-128, fraction_mbqm(int(a), *fixed[c], single_rounding=True) + y_zp))
+                       for (*_, c), a in np.ndenumerate(acc)], np.int8).reshape(acc.shape)
     np.testing.assert_array_equal(ours["tflite-single"], single, strict=True)
     assert np.count_nonzero(ours["tflite-single"] != ours["tflite"]) > 0
 
