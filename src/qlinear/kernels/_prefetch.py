@@ -92,3 +92,17 @@ def prefetch_ahead(a, start, count, write=False):
             _prefetch_write(a, offset)
         else:
             _prefetch_read(a, offset)
+
+
+@njit(cache=True, nogil=True)
+def prefetch_line(a, index, ahead_bytes, write=False):
+    """Request the one cache line of 1-D contiguous ``a`` that holds the byte ``ahead_bytes`` past ``a[index]``
+    (the array's last line when that lies beyond it): for loops that compute long enough per line that one
+    request per step, spread through the loop, keeps the lines in flight (`_mx_numba.X_AHEAD` says by how much)."""
+    size = a.itemsize
+    offset = min(index * size + ahead_bytes, a.size * size - 1)
+    if write:
+        _prefetch_write(a, offset)
+    else:
+        _prefetch_read(a, offset)
+
