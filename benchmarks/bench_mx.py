@@ -1,7 +1,7 @@
 """Microscaling kernels (`qlinear.mx`, kernels in `qlinear.kernels.mx`) against the bandwidth probe.
 
     uv run python benchmarks/bench_mx.py [--size 16M] [--threads 2] [--repeat 9] [--no-reference]
-                                         [--json benchmarks/results/mx.json]
+                                         [--formats nvfp4 ...] [--json benchmarks/results/mx.json]
 
 For each MX format (floor rule; ``--rules`` adds the others) and NVFP4: quantize and dequantize through the
 public functions (``qlinear.mx.quantize`` / ``dequantize``, output allocation included), x float32 of shape
@@ -15,7 +15,9 @@ the bound; the goal is bwP >= 0.67, i.e. within 1.5x). "reference" is the NumPy 
 
 Bytes counted per call: quantize reads x (4 bytes an element) and writes the codes (1) and scales (1 per
 block); dequantize reads codes and scales and writes float32. NVFP4 quantize reads x twice (the tensor scale
-needs the whole tensor before any block scale): the probes count it once.
+needs the whole tensor before any block scale): the probes count it once, and its row has a third probe,
+"probe2", the fresh probe reading its input twice (each thread its part, to the end, then again), with
+``bw2`` = probe2 time / kernel time: the bound of any two-pass quantizer.
 """
 
 from __future__ import annotations
@@ -73,7 +75,39 @@ def _probes(in_bytes: int, out_bytes: int):
     def prealloc():
         threads.run_chunked(copy, half, csrc, cdst)
 
-    return fresh, prealloc
+    def twice():
+        threads.run_chunked(_read_twice_then_write(), units, src, np.empty(n_out, np.uint64))
+
+    return fresh, prealloc, twice
+
+
+_TWICE = None
+
+
+def _read_twice_then_write():
+    """The fresh probe's kernel reading its part of the input twice: the bound of a two-pass operator (NVFP4
+    quantize reads x once for the tensor maximum and once for the codes). Each thread reads its part to the end
+    before reading it again, as the kernel's two passes do."""
+    global _TWICE
+    if _TWICE is None:
+        import numba
+
+        @numba.njit(cache=True, nogil=True)
+        def read_twice_then_write(src, dst, start, stop):
+            n = max(src.size, dst.size)
+            s = src[start * src.size // n:stop * src.size // n]
+            d = dst[start * dst.size // n:stop * dst.size // n]
+            acc = np.uint64(0)
+            for i in range(s.size):
+                acc ^= s[i]
+            acc2 = np.uint64(1)
+            for i in range(s.size):
+                acc2 += s[i]
+            for i in range(d.size):
+                d[i] = acc ^ acc2
+
+        _TWICE = read_twice_then_write
+    return _TWICE
 
 
 def cpu_model() -> str:
@@ -86,9 +120,9 @@ def cpu_model() -> str:
     return machine()["cpu"]
 
 
-def cases(rules):
+def cases(rules, formats=None):
     out = []
-    for name in mx.FORMATS:
+    for name in formats or mx.FORMATS:
         if name == "nvfp4":
             out.append((name, None))
         else:
@@ -96,16 +130,16 @@ def cases(rules):
     return out
 
 
-def run(n: int, repeat: int, rules, reference: bool, out=sys.stdout) -> dict:
+def run(n: int, repeat: int, rules, reference: bool, out=sys.stdout, formats=None) -> dict:
     x = np.random.default_rng(0).standard_normal((n // 1024, 1024)).astype(np.float32)
     info = machine()
     results = {"machine": info, "lscpu_model": cpu_model(), "elements": n, "rows": []}
     print(f"lscpu model name: {results['lscpu_model']}; {info['cores']} cores, {threads.get_num_threads()} threads; "
           f"numpy {info['numpy']}", file=out)
     header = (f"{'format':12} {'rule':5} {'op':3} {'kernel ms':>9} {'probe':>7} {'copy':>7} {'bw':>5} {'bwP':>5} "
-              f"{'reference ms':>12} {'x':>6}")
+              f"{'reference ms':>12} {'x':>6} {'probe2':>7} {'bw2':>5}")
     print(header, file=out)
-    for name, rule in cases(rules):
+    for name, rule in cases(rules, formats):
         f = mx.FORMATS[name]
         blocks = n // f.block_size
         kwargs = {} if rule is None else {"scale_rule": rule}
@@ -123,18 +157,23 @@ def run(n: int, repeat: int, rules, reference: bool, out=sys.stdout) -> dict:
                                             ("DQ", dq, codes.nbytes + scales.nbytes, x.nbytes)):
             if op == "DQ" and rule not in (None, "floor"):
                 continue  # dequantize does not depend on the rule
-            fresh, prealloc = _probes(in_bytes, out_bytes)
-            t, tp, tc = _alternating([fn, fresh, prealloc], repeat)
+            fresh, prealloc, twice = _probes(in_bytes, out_bytes)
+            two_pass = name == "nvfp4" and op == "Q"
+            times = _alternating([fn, fresh, prealloc] + ([twice] if two_pass else []), repeat)
+            t, tp, tc = times[:3]
             row = {"format": name, "rule": rule, "op": op, "kernel_s": t, "probe_s": tp, "copy_probe_s": tc,
                    "in_bytes": in_bytes, "out_bytes": out_bytes, "blocks": blocks}
+            if two_pass:
+                row["probe_read_twice_s"] = times[3]
             if reference:
                 with use_kernels(False):
                     row["reference_s"] = _once(fn)
             results["rows"].append(row)
             r = row.get("reference_s")
             rcell = f"{r * 1e3:>12.1f} {r / t:>6.0f}" if r is not None else f"{'':>12} {'':>6}"
+            twice_cell = f" {times[3] * 1e3:>7.3f} {times[3] / t:>5.2f}" if two_pass else f" {'':>7} {'':>5}"
             print(f"{name:12} {rule or '':5} {op:3} {t * 1e3:>9.3f} {tp * 1e3:>7.3f} {tc * 1e3:>7.3f} {tp / t:>5.2f} "
-                  f"{tc / t:>5.2f} {rcell}", file=out, flush=True)
+                  f"{tc / t:>5.2f} {rcell}{twice_cell}", file=out, flush=True)
     return results
 
 
@@ -144,11 +183,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--rules", nargs="+", default=["floor"], choices=ref.SCALE_RULES)
+    parser.add_argument("--formats", nargs="+", choices=list(mx.FORMATS), help="only these formats")
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     threads.set_num_threads(args.threads)
-    results = run(SIZES[args.size], args.repeat, args.rules, not args.no_reference)
+    results = run(SIZES[args.size], args.repeat, args.rules, not args.no_reference, formats=args.formats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

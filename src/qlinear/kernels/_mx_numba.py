@@ -624,25 +624,24 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop
         srow = r * per_row
         for first in range(0, per_row, NV_GROUP):
             m = min(NV_GROUP, per_row - first)
-            tiny = 0
+            tiny = False
             b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
             for j in range(m):
                 code, d = _nv_scale(am[b0 + np.uint64(j)], g, e4m3)
                 ss[b0 + np.uint64(j)] = code
                 dd[np.uint64(j)] = d
-                tiny += np.int32(d < _FMA_SAFE and d > np.float32(0))
+                limits[7, np.uint64(j)] = np.int32(8) if d > np.float32(0) else np.int32(0)  # the sign kept or not
+                tiny |= (d < _FMA_SAFE) & (d > np.float32(0))  # a bool: an int64 count made LLVM take 8 lanes
             # the seven thresholds, one vectorised loop over the blocks each (the odd midpoints' ties go up: the
             # even code wins); a block scale below 2^-100 anywhere in the group takes the float64 form
             for k in range(7):
                 midpoint, ties_up = _MIDPOINTS[k], k % 2 == 1
-                if tiny == 0:
+                if not tiny:
                     for j in range(m):
                         limits[k, j] = _nv_threshold_fma(midpoint, dd[j], ties_up)
                 else:
                     for j in range(m):
                         limits[k, j] = _nv_threshold(midpoint, dd[j], ties_up)
-            for j in range(m):
-                limits[7, j] = np.int32(8) if dd[j] > np.float32(0) else np.int32(0)
             stop_block = min(m, full - first)  # the whole blocks of the group
             for j in range(stop_block):
                 at = row + (first + j) * NV_BLOCK
