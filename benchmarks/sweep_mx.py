@@ -25,6 +25,8 @@ of one sign). Each pattern v is checked in two roles:
 
 NVFP4 ("nvfp4", no rule): the maximum role as above (the tensor scale is the chunk's own) with
 `reference.mx.quantize_nvfp4` on rows of one element, and the element role in blocks of 16 patterns.
+"nvfp4-given" (logged as rule "given"): the same, the kernel given the reference's tensor scale (its
+one-pass path, block maxima taken beside the scales).
 
 Each finished chunk appends one JSON line to the log (format, rule, chunk, patterns checked, mismatches and
 the first few mismatching patterns); chunks already in the log are skipped, so a run can be stopped and
@@ -109,8 +111,8 @@ def check_chunk(name: str, rule: str | None, chunk: int, bits: int) -> dict:
         # maximum role: v alone in its block
         x = v.reshape(-1, 1)
         if name == "nvfp4":
-            kc, ks, kg = km.quantize_nvfp4(x)
             rc, rs, rg = ref.quantize_nvfp4(x)
+            kc, ks, kg = km.quantize_nvfp4(x, rg if rule == "given" else None)
             note(_mismatch(kc, rc).reshape(-1) | _mismatch(ks, rs).reshape(-1)
                  | bool(np.float32(kg).view(np.uint32) != np.float32(rg).view(np.uint32)), v)
         else:
@@ -130,8 +132,8 @@ def check_chunk(name: str, rule: str | None, chunk: int, bits: int) -> dict:
         # element role: 31 (NVFP4: 16) patterns per block beside a cycling maximum
         if name == "nvfp4":
             x = v.reshape(-1, 16)
-            kc, ks, kg = km.quantize_nvfp4(x)
             rc, rs, rg = ref.quantize_nvfp4(x)
+            kc, ks, kg = km.quantize_nvfp4(x, rg if rule == "given" else None)
             bad = _mismatch(kc, rc) | _mismatch(ks, rs).repeat(16, axis=1)
             bad |= bool(np.float32(kg).view(np.uint32) != np.float32(rg).view(np.uint32))
             note(bad.reshape(-1), v)
@@ -214,7 +216,11 @@ def main(argv=None) -> int:
     done = _done(args.log)
     jobs = []
     for name in args.formats:
-        for rule in ([None] if name == "nvfp4" else args.rules):
+        if name == "nvfp4-given":
+            name, rules = "nvfp4", ["given"]
+        else:
+            rules = [None] if name == "nvfp4" else args.rules
+        for rule in rules:
             jobs += [(name, rule, c, args.chunk_bits) for c in range(lo, hi, step)
                      if (name, rule, c, args.chunk_bits) not in done]
     # each worker runs the kernels on one thread: the processes are the parallelism

@@ -70,7 +70,14 @@ def _float32(x, function: str) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None):
+def _global_scale(value, function: str) -> np.float32:
+    g = np.asarray(value)
+    if g.size != 1 or g.dtype != np.float32:
+        raise TypeError(f"{function}: global_scale must be one float32 value, got {g.dtype} of shape {g.shape}")
+    return np.float32(g.reshape(()))
+
+
+def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_scale=None):
     """Quantize ``x`` to a microscaling format in blocks along ``axis``.
 
     MX formats ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8") return
@@ -82,7 +89,9 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None):
     "nvfp4" returns ``(codes, block_scales, global_scale)``: float4_e2m1fn codes, float8_e4m3fn block
     scales (blocks of 16) and a 0-d float32 tensor scale amax / (448 * 6); the codes are rounded
     against the stored (rounded) block scale times the tensor scale. NVFP4 has one rule:
-    ``scale_rule`` must be left at None.
+    ``scale_rule`` must be left at None. ``global_scale`` (NVFP4 only; one positive, finite float32
+    value) gives the tensor scale instead, as for activations quantized with a calibrated amax: x is read
+    once instead of twice, and block scales that would exceed 448 saturate there (their codes at 6).
     """
     function = "qlinear.mx.quantize"
     f = _format(fmt, function)
@@ -91,6 +100,12 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None):
     if f.name == "nvfp4":
         if scale_rule is not None:
             raise ValueError(f"{function}: scale_rule applies to the MX formats; nvfp4 has one rule (leave scale_rule=None)")
+        if global_scale is not None:
+            global_scale = _global_scale(global_scale, function)
+            if not (np.isfinite(global_scale) and global_scale > 0):
+                raise ValueError(f"{function}: global_scale must be positive and finite, got {global_scale!r}")
+    elif global_scale is not None:
+        raise ValueError(f"{function}: global_scale is NVFP4's tensor scale; {f.name} takes none")
     elif scale_rule is None:
         scale_rule = "floor"
     elif scale_rule not in SCALE_RULES:
@@ -98,8 +113,8 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None):
     moved = _moved(x, axis, -1)
     # the kernels (qlinear.kernels.mx), bit-identical to the reference, which runs when they are switched off
     if f.name == "nvfp4":
-        result = _kernels.quantize_nvfp4(moved)
-        codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved)
+        result = _kernels.quantize_nvfp4(moved, global_scale)
+        codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved, global_scale)
         return _moved(codes, -1, axis), _moved(scales, -1, axis), np.asarray(g, np.float32)
     result = _kernels.quantize_mx(moved, f, scale_rule)
     codes, scales = result if result is not None else ref.quantize_mx(moved, f, scale_rule)
@@ -143,10 +158,7 @@ def dequantize(codes, scales, axis: int = -1, global_scale=None) -> np.ndarray:
     if f.name == "nvfp4":
         if global_scale is None:
             raise ValueError(f"{function}: NVFP4 codes need global_scale (the float32 tensor scale quantize returned)")
-        g = np.asarray(global_scale)
-        if g.size != 1 or g.dtype != np.float32:
-            raise TypeError(f"{function}: global_scale must be one float32 value, got {g.dtype} of shape {g.shape}")
-        g = np.float32(g.reshape(()))
+        g = _global_scale(global_scale, function)
         y = _kernels.dequantize_nvfp4(codes_last, scales_last, g)
         if y is None:
             y = ref.dequantize_nvfp4(codes_last, scales_last, g)

@@ -219,6 +219,27 @@ def test_quantize_nvfp4_equals_reference():
         _assert_same(codes, rcodes, f"codes, {what}", x)
 
 
+@pytest.mark.parametrize("factor", [1.0, 0.125, 8.0])
+def test_quantize_nvfp4_given_tensor_scale_equals_reference(factor):
+    """The one-pass kernel (the tensor scale given: each group's block maxima taken beside its scales) on every
+    input set, with x's own tensor scale (then also equal to the two-pass result) and with others: smaller
+    (block scales saturate at 448) and larger."""
+    fmt = ref.FORMATS["nvfp4"]
+    for x in _inputs(fmt) + [_nvfp4_ties(j) for j in (-100, 0, 100)]:
+        with np.errstate(all="ignore"):
+            g = np.float32(ref.nvfp4_global_scale(x) * np.float32(factor))
+            rcodes, rscales, rg = ref.quantize_nvfp4(x, g)
+        codes, scales, kg = km.quantize_nvfp4(x, g)
+        what = f"nvfp4 with g = {g!r}, x {x.shape}"
+        assert _bits(kg) == _bits(g), what
+        _assert_same(scales, rscales, f"block scales, {what}")
+        _assert_same(codes, rcodes, f"codes, {what}", x)
+        if factor == 1.0:
+            two_pass = km.quantize_nvfp4(x)
+            _assert_same(codes, two_pass[0], f"codes, one pass vs two, {what}", x)
+            _assert_same(scales, two_pass[1], f"block scales, one pass vs two, {what}")
+
+
 def test_nvfp4_block_scales_at_every_e4m3_rounding_boundary():
     """Block maxima whose (amax / 6) / g lands on and around every E4M3 value and every midpoint between two
     (the kernel rounds the block scale with a magic-number addition and takes its value as the sum minus
@@ -286,9 +307,9 @@ def test_threads_split_large_inputs_alike():
     n = threads.SERIAL_BELOW * 2
     x = np.random.default_rng(23).standard_normal((n // 96, 96)).astype(F32)
     x[::1000, 5] = np.inf
-    for name in ("mxfp4", "nvfp4"):
-        fmt = ref.FORMATS[name]
-        run = (lambda: km.quantize_nvfp4(x)) if name == "nvfp4" else (lambda: km.quantize_mx(x, fmt, "floor"))
+    runs = {"mxfp4": lambda: km.quantize_mx(x, ref.FORMATS["mxfp4"], "floor"), "nvfp4": lambda: km.quantize_nvfp4(x),
+            "nvfp4, tensor scale given": lambda: km.quantize_nvfp4(x, np.float32(0.01))}
+    for name, run in runs.items():
         parallel = run()
         before = threads.get_num_threads()
         threads.set_num_threads(1)

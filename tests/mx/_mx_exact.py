@@ -309,10 +309,10 @@ def nvfp4_global(x: np.ndarray) -> np.float32:
     return np.float32(1) if g == 0 else g
 
 
-def quantize_nvfp4(x: np.ndarray):
-    """-> (E2M1 codes uint8, E4M3 block scale bytes uint8, float32 g)."""
+def quantize_nvfp4(x: np.ndarray, g=None):
+    """-> (E2M1 codes uint8, E4M3 block scale bytes uint8, float32 g); ``g``: a given tensor scale."""
     x = np.asarray(x, np.float32)
-    g = nvfp4_global(x)
+    g = nvfp4_global(x) if g is None else np.float32(g)
     gq = exact(g)
     k = x.shape[-1]
     nb = -(-k // 16)

@@ -89,6 +89,13 @@ def test_mx_values_survive_a_round_trip():
         (lambda x: mx.quantize(x, "mxfp4", axis=1.0), TypeError, "axis must be an int"),
         (lambda x: mx.quantize(x.astype(np.int32), "mxfp4"), TypeError, "x must be float32"),
         (lambda x: mx.quantize(np.float32(1), "mxfp4"), ValueError, "at least one dimension"),
+        (lambda x: mx.quantize(x, "mxfp4", global_scale=np.float32(1)), ValueError, "mxfp4 takes none"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=0.5), TypeError, "global_scale must be one float32 value"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=np.ones(2, np.float32)), TypeError, "one float32 value"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=np.float32(0)), ValueError, "positive and finite"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=np.float32(-1)), ValueError, "positive and finite"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=np.float32(np.inf)), ValueError, "positive and finite"),
+        (lambda x: mx.quantize(x, "nvfp4", global_scale=np.float32(np.nan)), ValueError, "positive and finite"),
     ],
 )
 def test_quantize_errors(call, error, words):

@@ -222,13 +222,13 @@ def test_floor_one_ulp_below_a_power_of_two():
 # ---------------------------------------------------------------------------------------------
 # NVFP4
 # ---------------------------------------------------------------------------------------------
-def check_nvfp4(x: np.ndarray) -> int:
-    want_codes, want_scales, want_g = ex.quantize_nvfp4(x)
+def check_nvfp4(x: np.ndarray, global_scale=None) -> int:
+    want_codes, want_scales, want_g = ex.quantize_nvfp4(x, global_scale)
     want_y = ex.dequantize_nvfp4(want_codes, want_scales, want_g)
     for kernels in PATHS:
         path = "kernels" if kernels else "reference"
         with use_kernels(kernels):
-            codes, block_scales, g = mx.quantize(x, "nvfp4")
+            codes, block_scales, g = mx.quantize(x, "nvfp4", global_scale=global_scale)
             assert g.dtype == F32 and g.shape == ()
             assert_same(g.reshape(1), np.asarray([want_g], F32), None, f"nvfp4 global scale ({path})")
             assert_same(block_scales.view(np.uint8), want_scales, None, f"nvfp4 block scales ({path})")
@@ -266,6 +266,25 @@ def test_nvfp4_random_and_hazards():
     # Blocks and rows of one element; axis along 0.
     checked += check_nvfp4(np.asarray([[0.3], [-7.0]], F32))
     assert checked > 3000
+
+
+def test_nvfp4_given_tensor_scale():
+    """A tensor scale passed in (as for activations with a calibrated amax): the same rules with that g,
+    block scales saturating at 448 where amax / 6 / g exceeds it, and g from float32's subnormals to 2^100
+    (block scales all E4M3 subnormal or zero there; d below 2^-100, where the kernels' thresholds take their
+    float64 form)."""
+    rng = np.random.default_rng([RNG_SEED, 101])
+    x = random_rows(rng, 8, 80)  # a partial last block
+    x[2, 5] = np.inf
+    x[6, 70] = np.nan
+    own = ex.nvfp4_global(x)
+    checked = 0
+    for g in (own, own * F32(0.25), own * F32(3.0), F32(2.0**-140), F32(2.0**-110), F32(2.0**100), F32(1.0)):
+        checked += check_nvfp4(x, F32(g))
+    for j in (-100, 0, 100):  # exact ties, with the tensor scale of another tensor
+        t = nvfp4_tie_tensor(rng, j)
+        checked += check_nvfp4(t, ex.nvfp4_global(t) * F32(0.75))
+    assert checked > 5000
 
 
 def test_nvfp4_axis():

@@ -599,12 +599,36 @@ def _nv_codes_16(typingctx, xs, cs, base, limits, j):
 NV_GROUP = 64  # NVFP4 blocks whose scales and thresholds are computed together, in vector registers
 
 
+@njit(**_INLINE)
+def _nv_group_amax(x, xs, i0, base, m, whole, rest, local):
+    """The block maxima of a group's ``m`` blocks at ``xs[base:]`` (the first ``whole`` of them whole, the
+    last possibly short: ``rest`` elements) into ``local[0:m]``, as pass 1 stores them (-1 for a block holding an Inf or a NaN),
+    requesting each block's line of x `X_AHEAD` bytes on."""
+    j = 0
+    while j + 16 <= whole:
+        at = base + j * NV_BLOCK
+        for q in range(16):
+            prefetch_line(x, i0 + at + q * NV_BLOCK, X_AHEAD)
+        if _abs_max_16_x16(xs, np.uint64(at), local, np.uint64(j)) >= _INF:
+            for q in range(16):
+                every, finite = _nv_amax(xs, np.uint64(at + q * NV_BLOCK), NV_BLOCK)
+                local[j + q] = finite if every < _INF else np.int32(-1)
+        j += 16
+    for b in range(j, m):
+        at = base + b * NV_BLOCK
+        prefetch_line(x, i0 + at, X_AHEAD)
+        every, finite = _nv_amax(xs, np.uint64(at), NV_BLOCK if b < whole else rest)
+        local[b] = finite if every < _INF else np.int32(-1)
+
+
 @njit(**_JIT)
-def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop):
+def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, start, stop):
     """Pass 2 of NVFP4: the block scales float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an
     Inf or a NaN), d = float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of
     its magnitude with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
     comparisons are >=). A zero or NaN d gives +0 codes (every threshold `_NEVER`, the sign masked off).
+    ``fused``: the tensor scale g was given, so there is no pass 1: each group's block maxima are taken here,
+    just before its scales, and x is read once (``block_amax`` is not read).
 
     Blocks go in groups of `NV_GROUP`: first the scales and the seven thresholds of every block of the group
     (one vectorised loop), then the elements; per block, that scalar work took longer than its 16 elements."""
@@ -615,19 +639,25 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop
     n = (stop - start) * row_len
     i0 = start * row_len
     xs, cs = x[i0:i0 + n], codes[i0:i0 + n]
-    am = block_amax[start * per_row:stop * per_row]
     ss = scales[start * per_row:stop * per_row]
     limits = np.empty((8, NV_GROUP), np.int32)
     dd = np.empty(NV_GROUP, np.float32)
+    local = np.empty(NV_GROUP, np.int32)  # the group's block maxima
     for r in range(stop - start):
         row = r * row_len
         srow = r * per_row
         for first in range(0, per_row, NV_GROUP):
             m = min(NV_GROUP, per_row - first)
-            tiny = False
+            stop_block = min(m, full - first)  # the whole blocks of the group
             b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
+            if fused:
+                _nv_group_amax(x, xs, i0, row + first * NV_BLOCK, m, stop_block, rest, local)
+            else:
+                a0 = start * per_row + srow + first
+                local[:m] = block_amax[a0:a0 + m]
+            tiny = False
             for j in range(m):
-                code, d = _nv_scale(am[b0 + np.uint64(j)], g, e4m3)
+                code, d = _nv_scale(local[np.uint64(j)], g, e4m3)
                 ss[b0 + np.uint64(j)] = code
                 dd[np.uint64(j)] = d
                 limits[7, np.uint64(j)] = np.int32(8) if d > np.float32(0) else np.int32(0)  # the sign kept or not
@@ -642,10 +672,10 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, start, stop
                 else:
                     for j in range(m):
                         limits[k, j] = _nv_threshold(midpoint, dd[j], ties_up)
-            stop_block = min(m, full - first)  # the whole blocks of the group
             for j in range(stop_block):
                 at = row + (first + j) * NV_BLOCK
-                prefetch_line(x, i0 + at, X_AHEAD)  # the block's line of x, X_AHEAD bytes on
+                if not fused:  # fused, the maxima just read the group's lines
+                    prefetch_line(x, i0 + at, X_AHEAD)  # the block's line of x, X_AHEAD bytes on
                 if j % 4 == 0:
                     prefetch_line(codes, i0 + at, X_AHEAD // 4, True)  # and a line of codes per 4 blocks
                 _nv_codes_16(xs, cs, at, limits, j)

@@ -5,7 +5,7 @@ axis (any layout: a copy makes it C-contiguous):
 
 ``quantize_mx(x, fmt, rule)`` -> (codes, E8M0 scales) or None
 ``dequantize_mx(codes, scales, fmt)`` -> float32 or None
-``quantize_nvfp4(x)`` -> (codes, E4M3 block scales, float32 tensor scale) or None
+``quantize_nvfp4(x, g=None)`` -> (codes, E4M3 block scales, float32 tensor scale) or None (g: a given tensor scale)
 ``dequantize_nvfp4(codes, block_scales, g)`` -> float32 or None
     None when no kernel runs (numba missing, or the kernels switched off with
     `qlinear.kernels.quantize_linear.use_kernels(False)`, the switch every element-wise kernel obeys); the
@@ -25,7 +25,8 @@ How the arithmetic stays the reference's (`_mx_numba` has the details):
       the second the block scales ((amax / 6) / g in float32, min 448, E4M3 by the encoder) and the codes, by
       comparing each magnitude's bits with seven float32 thresholds per block that make the reference's exact
       float64 comparisons with midpoint * d (`_nv_threshold`; in float32 with an exact FMA residual where
-      d >= 2**-100, `_nv_threshold_fma`).
+      d >= 2**-100, `_nv_threshold_fma`). With the tensor scale given there is no first pass: each group of
+      blocks takes its maxima just before its scales.
     - Where numba's loops came out scalar or behind an aliasing check (a block's maximum, NVFP4's 16 codes,
       MXINT8's 32 values), small LLVM intrinsics do the same arithmetic on one vector; `_mx_numba` says why
       for each.
@@ -148,7 +149,9 @@ def _dequantize_walk(codes: np.ndarray, scales: np.ndarray, block: int):
 
 
 # ----------------------------------------------------------------------------------------------- NVFP4
-def quantize_nvfp4(x: np.ndarray):
+def quantize_nvfp4(x: np.ndarray, g=None):
+    """(codes, block scales, tensor scale); ``g``: a given float32 tensor scale (one pass over x) instead of
+    the one from x's maximum (two passes: the maximum needs all of x before any block scale)."""
     if not kernels_enabled() or x.ndim == 0:
         return None
     fmt = FORMATS["nvfp4"]
@@ -156,23 +159,29 @@ def quantize_nvfp4(x: np.ndarray):
     codes = _empty(x.shape, fmt.element.dtype, n)
     scales = np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype)
     if n == 0:
-        return codes, scales, np.float32(1)
+        return codes, scales, np.float32(1) if g is None else np.float32(g)
     k = x.shape[-1]
     row_len = _rows(n, k, fmt.block_size)
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    block_amax = np.empty(scales.size, np.int32)
-    row_max = np.empty(rows, np.int32)
-    threads.run_chunked(nb.nv_amax_rows, rows, xin, block_amax, row_max, row_len, item_size=row_len)
-    # the tensor scale, as `reference.mx.nvfp4_global_scale`: float32(amax / (448 * 6)), 1 when that is 0
-    amax = row_max.max().view(np.float32)
-    with np.errstate(all="ignore"):
-        g = np.float32(amax / np.float32(448.0 * 6.0))
-    if g == 0:
-        g = np.float32(1)
+    if g is None:
+        block_amax = np.empty(scales.size, np.int32)
+        row_max = np.empty(rows, np.int32)
+        threads.run_chunked(nb.nv_amax_rows, rows, xin, block_amax, row_max, row_len, item_size=row_len)
+        # the tensor scale, as `reference.mx.nvfp4_global_scale`: float32(amax / (448 * 6)), 1 when that is 0
+        amax = row_max.max().view(np.float32)
+        with np.errstate(all="ignore"):
+            g = np.float32(amax / np.float32(448.0 * 6.0))
+        if g == 0:
+            g = np.float32(1)
+        fused = False
+    else:
+        g = np.float32(g)
+        block_amax = np.zeros(1, np.int32)  # not read
+        fused = True
     threads.run_chunked(nb.nv_quantize_rows, rows, xin, read_only(block_amax), codes.reshape(-1).view(np.uint8),
-                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], item_size=row_len)
+                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], fused, item_size=row_len)
     return codes, scales, g
 
 

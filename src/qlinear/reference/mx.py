@@ -249,9 +249,11 @@ def nvfp4_elements(b: np.ndarray, d: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint8).view(ml_dtypes.float4_e2m1fn)
 
 
-def quantize_nvfp4(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
+def quantize_nvfp4(x: np.ndarray, g=None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """(codes, block scales, tensor scale); ``g``: the float32 tensor scale to use instead of x's own
+    (`nvfp4_global_scale`), e.g. one calibrated on other data: block scales above 448 then saturate."""
     fmt = FORMATS["nvfp4"]
-    g = nvfp4_global_scale(x)
+    g = nvfp4_global_scale(x) if g is None else np.float32(g)
     b = blocks(x, fmt.block_size)
     amax, nan = block_amax(b)
     s = nvfp4_block_scales(amax, nan, g)
