@@ -150,3 +150,106 @@ def tf_dequantize(dequantize, x, min_range, max_range, **kwargs):
     x = _tf_whole_axis(x, kwargs.get("axis", -1))
     work = functools.partial(_tf_dequantize_chunk, function=dequantize, min_range=min_range, max_range=max_range, kwargs=kwargs)
     return x.map_blocks(work, dtype=proxy.dtype, meta=np.empty((0,) * x.ndim, proxy.dtype))
+
+
+# ------------------------------------------------------------------------------- microscaling (qlinear.mx)
+# Blocks are independent, so a chunk whose edges along the blocked axis fall on block edges is quantized alone.
+# dask's map_blocks makes one array per task: each chunk's codes and scales (one byte each) travel together as
+# one uint8 chunk, codes then scales along the axis, and two cheap slicing steps take them apart, so that
+# computing both (in one dask.compute) quantizes each chunk once.
+def _packed_length(n: int, block_size: int) -> int:
+    """The codes' length along the axis of a packed chunk of length n = codes + ceil(codes / block_size)."""
+    return n - -(-n // (block_size + 1))
+
+
+def _mx_pack(chunk, g=None, *, quantize, fmt, rule, axis):
+    kwargs = {"scale_rule": rule} if g is None else {"global_scale": np.float32(g)}
+    parts = quantize(chunk, fmt, axis=axis, **kwargs)
+    return np.concatenate([parts[0].view(np.uint8), parts[1].view(np.uint8)], axis=axis)
+
+
+def _mx_unpack(packed, *, axis, block_size, codes: bool, dtype):
+    k = _packed_length(packed.shape[axis], block_size)
+    index = [slice(None)] * packed.ndim
+    index[axis] = slice(0, k) if codes else slice(k, None)
+    return np.ascontiguousarray(packed[tuple(index)]).view(dtype)
+
+
+def _finite_amax(chunk):
+    finite = np.where(np.isfinite(chunk), np.abs(chunk), np.float32(0))
+    return np.asarray(finite.max(initial=np.float32(0)), np.float32).reshape((1,) * chunk.ndim)
+
+
+def _tensor_scale(amax, *, global_scale):
+    return np.asarray(global_scale(np.asarray(amax, np.float32).reshape(1)), np.float32)
+
+
+def mx_quantize(quantize, x, fmt, axis: int, rule, global_scale, nvfp4_global_scale):
+    """``quantize`` (qlinear.mx.quantize, passed by the caller) on each chunk of dask ``x``, lazily: (codes,
+    scales) or, for NVFP4, (codes, block scales, tensor scale), each a dask array. NVFP4's tensor scale, unless
+    given, is a lazy 0-d array from a reduction over x's chunks (``nvfp4_global_scale``, the reference's rule,
+    on the chunks' finite maxima), which every chunk's task then takes: x is read twice, once per pass, as the
+    NumPy path reads it."""
+    bs = fmt.block_size
+    x = x.rechunk({axis: block_aligned_chunks(x.chunks[axis], bs, "qlinear.mx.quantize")})
+    g = None
+    if fmt.name == "nvfp4":
+        if global_scale is None:
+            maxima = x.map_blocks(_finite_amax, chunks=tuple((1,) * len(c) for c in x.chunks), dtype=np.float32)
+            g = maxima.max().map_blocks(functools.partial(_tensor_scale, global_scale=nvfp4_global_scale),
+                                        dtype=np.float32)
+        else:
+            g = global_scale
+    packed_chunks = list(x.chunks)
+    packed_chunks[axis] = tuple(c + -(-c // bs) for c in x.chunks[axis])
+    work = functools.partial(_mx_pack, quantize=quantize, fmt=fmt.name, rule=rule, axis=axis)
+    args = () if g is None or not is_dask_array(g) else (g,)
+    if g is not None and not args:
+        work = functools.partial(work, g=g)
+    packed = x.map_blocks(work, *args, chunks=tuple(packed_chunks), dtype=np.uint8,
+                          meta=np.empty((0,) * x.ndim, np.uint8))
+    scale_chunks = list(x.chunks)
+    scale_chunks[axis] = tuple(-(-c // bs) for c in x.chunks[axis])
+    out = []
+    for codes, chunks, dtype in ((True, x.chunks, fmt.element.dtype), (False, tuple(scale_chunks), fmt.scale_type.dtype)):
+        unpack = functools.partial(_mx_unpack, axis=axis, block_size=bs, codes=codes, dtype=dtype)
+        out.append(packed.map_blocks(unpack, chunks=chunks, dtype=dtype, meta=np.empty((0,) * x.ndim, dtype)))
+    if fmt.name == "nvfp4":
+        out.append(g if is_dask_array(g) else np.asarray(g, np.float32))
+    return tuple(out)
+
+
+def _mx_dequantize_chunk(codes, scales, g=None, *, dequantize, axis):
+    kwargs = {} if g is None else {"global_scale": np.asarray(g, np.float32)}
+    return dequantize(codes, scales, axis=axis, **kwargs)
+
+
+def _mx_scales_chunk(codes, block_info=None, *, scales, axis, block_size):
+    location = block_info[0]["array-location"]
+    index = [slice(start, stop) for start, stop in location]
+    start, stop = location[axis]
+    index[axis] = slice(start // block_size, -(-stop // block_size))
+    return scales[tuple(index)]
+
+
+def mx_dequantize(dequantize, codes, scales, fmt, axis: int, global_scale):
+    """``dequantize`` (qlinear.mx.dequantize) on dask codes (and NumPy or dask scales, tensor scale), lazily."""
+    bs = fmt.block_size
+    codes = codes.rechunk({axis: block_aligned_chunks(codes.chunks[axis], bs, "qlinear.mx.dequantize")})
+    scale_chunks = list(codes.chunks)
+    scale_chunks[axis] = tuple(-(-c // bs) for c in codes.chunks[axis])
+    if is_dask_array(scales):
+        scales = scales.rechunk(tuple(scale_chunks))
+    else:  # the scales' part for each chunk of codes, as a dask array chunked alike
+        scales = codes.map_blocks(functools.partial(_mx_scales_chunk, scales=np.asarray(scales), axis=axis, block_size=bs),
+                                  chunks=tuple(scale_chunks), dtype=scales.dtype,
+                                  meta=np.empty((0,) * codes.ndim, scales.dtype))
+    work = functools.partial(_mx_dequantize_chunk, dequantize=dequantize, axis=axis)
+    args = [scales]
+    if global_scale is not None:
+        if is_dask_array(global_scale):
+            args.append(global_scale)
+        else:
+            work = functools.partial(_mx_dequantize_chunk, g=np.asarray(global_scale, np.float32),
+                                     dequantize=dequantize, axis=axis)
+    return codes.map_blocks(work, *args, dtype=np.float32, meta=np.empty((0,) * codes.ndim, np.float32))

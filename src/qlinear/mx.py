@@ -24,6 +24,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import dask_adapter
+from .dask_adapter import is_dask_array
 from .kernels import mx as _kernels
 from .reference import mx as ref
 from .reference.mx import FORMATS, SCALE_RULES, MXFormat
@@ -61,8 +63,15 @@ def _moved(a: np.ndarray, source: int, destination: int) -> np.ndarray:
     return np.moveaxis(a, source, destination)
 
 
+def _lazy(x, function: str):
+    """A dask array, kept lazy; its sizes must be known (a chunk's blocks are found from them)."""
+    if any(np.isnan(d) for d in x.shape):
+        raise ValueError(f"{function}: a dask array with chunks of unknown size; call compute_chunk_sizes() first")
+    return x
+
+
 def _float32(x, function: str) -> np.ndarray:
-    x = np.asarray(x)
+    x = _lazy(x, function) if is_dask_array(x) else np.asarray(x)
     if x.dtype not in _INPUT_TYPES:
         raise TypeError(f"{function}: x must be float32, float16, bfloat16 or float64, got {x.dtype}")
     # float16/bfloat16 widen exactly; float64 is rounded to float32 (nearest even) first: the formats
@@ -70,11 +79,12 @@ def _float32(x, function: str) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-def _global_scale(value, function: str) -> np.float32:
-    g = np.asarray(value)
+def _global_scale(value, function: str):
+    lazy = is_dask_array(value)  # the tensor scale of a dask quantize: a 0-d dask array, left lazy
+    g = value if lazy else np.asarray(value)
     if g.size != 1 or g.dtype != np.float32:
         raise TypeError(f"{function}: global_scale must be one float32 value, got {g.dtype} of shape {g.shape}")
-    return np.float32(g.reshape(()))
+    return g.reshape(()) if lazy else np.float32(g.reshape(()))
 
 
 def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_scale=None):
@@ -102,6 +112,8 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
             raise ValueError(f"{function}: scale_rule applies to the MX formats; nvfp4 has one rule (leave scale_rule=None)")
         if global_scale is not None:
             global_scale = _global_scale(global_scale, function)
+            if is_dask_array(global_scale):
+                raise TypeError(f"{function}: global_scale must be a float32 value, not a dask array (compute it first)")
             if not (np.isfinite(global_scale) and global_scale > 0):
                 raise ValueError(f"{function}: global_scale must be positive and finite, got {global_scale!r}")
     elif global_scale is not None:
@@ -110,6 +122,8 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
         scale_rule = "floor"
     elif scale_rule not in SCALE_RULES:
         raise ValueError(f"{function}: scale_rule must be one of {', '.join(SCALE_RULES)}, got {scale_rule!r}")
+    if is_dask_array(x):  # lazily, chunk by chunk, each chunk through this function
+        return dask_adapter.mx_quantize(quantize, x, f, axis, scale_rule, global_scale, ref.nvfp4_global_scale)
     moved = _moved(x, axis, -1)
     # the kernels (qlinear.kernels.mx), bit-identical to the reference, which runs when they are switched off
     if f.name == "nvfp4":
@@ -124,7 +138,7 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
 def format_of(codes, scales) -> MXFormat:
     """The format a (codes, scales) pair is in, from their dtypes."""
     function = "qlinear.mx.dequantize"
-    codes, scales = np.asarray(codes), np.asarray(scales)
+    codes, scales = (a if is_dask_array(a) else np.asarray(a) for a in (codes, scales))
     if scales.dtype == np.dtype(ml_dtypes.float8_e4m3fn):
         if codes.dtype != np.dtype(ml_dtypes.float4_e2m1fn):
             raise TypeError(f"{function}: float8_e4m3fn block scales are NVFP4's, whose codes are float4_e2m1fn, got {codes.dtype}")
@@ -145,7 +159,10 @@ def dequantize(codes, scales, axis: int = -1, global_scale=None) -> np.ndarray:
     NVFP4 is computed as its ONNX graph computes it: codes * float32(float32(block scale) * global).
     """
     function = "qlinear.mx.dequantize"
-    codes, scales = np.asarray(codes), np.asarray(scales)
+    lazy = is_dask_array(codes)
+    codes = _lazy(codes, function) if lazy else np.asarray(codes)
+    # dask scales (or tensor scale) beside NumPy codes are small: computed here
+    scales = _lazy(scales, function) if lazy and is_dask_array(scales) else np.asarray(scales)
     f = format_of(codes, scales)
     axis = _axis(axis, codes.ndim, "axis", function)
     expected = list(codes.shape)
@@ -154,17 +171,22 @@ def dequantize(codes, scales, axis: int = -1, global_scale=None) -> np.ndarray:
         raise ValueError(
             f"{function}: scales has shape {scales.shape}; codes of shape {codes.shape} in blocks of {f.block_size} "
             f"along axis {axis} need {tuple(expected)}")
-    codes_last, scales_last = _moved(codes, axis, -1), _moved(scales, axis, -1)
     if f.name == "nvfp4":
         if global_scale is None:
             raise ValueError(f"{function}: NVFP4 codes need global_scale (the float32 tensor scale quantize returned)")
         g = _global_scale(global_scale, function)
+        if is_dask_array(g) and not lazy:
+            g = np.float32(np.asarray(g))
+    elif global_scale is not None:
+        raise ValueError(f"{function}: global_scale is NVFP4's; {f.name} codes take none")
+    if lazy:  # lazily, chunk by chunk, each chunk through this function
+        return dask_adapter.mx_dequantize(dequantize, codes, scales, f, axis, g if f.name == "nvfp4" else None)
+    codes_last, scales_last = _moved(codes, axis, -1), _moved(scales, axis, -1)
+    if f.name == "nvfp4":
         y = _kernels.dequantize_nvfp4(codes_last, scales_last, g)
         if y is None:
             y = ref.dequantize_nvfp4(codes_last, scales_last, g)
     else:
-        if global_scale is not None:
-            raise ValueError(f"{function}: global_scale is NVFP4's; {f.name} codes take none")
         y = _kernels.dequantize_mx(codes_last, scales_last, f)
         if y is None:
             y = ref.dequantize_mx(codes_last, scales_last, f)
