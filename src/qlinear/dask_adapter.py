@@ -211,7 +211,8 @@ def mx_quantize(quantize, x, fmt, axis: int, rule, global_scale, nvfp4_global_sc
     scale_chunks = list(x.chunks)
     scale_chunks[axis] = tuple(-(-c // bs) for c in x.chunks[axis])
     out = []
-    for codes, chunks, dtype in ((True, x.chunks, fmt.element.dtype), (False, tuple(scale_chunks), fmt.scale_type.dtype)):
+    parts = ((True, x.chunks, fmt.element.dtype), (False, tuple(scale_chunks), fmt.scale_type.dtype))
+    for codes, chunks, dtype in parts:
         unpack = functools.partial(_mx_unpack, axis=axis, block_size=bs, codes=codes, dtype=dtype)
         out.append(packed.map_blocks(unpack, chunks=chunks, dtype=dtype, meta=np.empty((0,) * x.ndim, dtype)))
     if fmt.name == "nvfp4":
@@ -241,8 +242,8 @@ def mx_dequantize(dequantize, codes, scales, fmt, axis: int, global_scale):
     if is_dask_array(scales):
         scales = scales.rechunk(tuple(scale_chunks))
     else:  # the scales' part for each chunk of codes, as a dask array chunked alike
-        scales = codes.map_blocks(functools.partial(_mx_scales_chunk, scales=np.asarray(scales), axis=axis, block_size=bs),
-                                  chunks=tuple(scale_chunks), dtype=scales.dtype,
+        part = functools.partial(_mx_scales_chunk, scales=np.asarray(scales), axis=axis, block_size=bs)
+        scales = codes.map_blocks(part, chunks=tuple(scale_chunks), dtype=scales.dtype,
                                   meta=np.empty((0,) * codes.ndim, scales.dtype))
     work = functools.partial(_mx_dequantize_chunk, dequantize=dequantize, axis=axis)
     args = [scales]

@@ -113,7 +113,8 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
         if global_scale is not None:
             global_scale = _global_scale(global_scale, function)
             if is_dask_array(global_scale):
-                raise TypeError(f"{function}: global_scale must be a float32 value, not a dask array (compute it first)")
+                raise TypeError(
+                    f"{function}: global_scale must be a float32 value, not a dask array (compute it first)")
             if not (np.isfinite(global_scale) and global_scale > 0):
                 raise ValueError(f"{function}: global_scale must be positive and finite, got {global_scale!r}")
     elif global_scale is not None:

@@ -600,15 +600,13 @@ NV_GROUP = 64  # NVFP4 blocks whose scales and thresholds are computed together,
 
 
 @njit(**_INLINE)
-def _nv_group_amax(x, xs, i0, base, m, whole, rest, local):
+def _nv_group_amax(xs, base, m, whole, rest, local):
     """The block maxima of a group's ``m`` blocks at ``xs[base:]`` (the first ``whole`` of them whole, the
-    last possibly short: ``rest`` elements) into ``local[0:m]``, as pass 1 stores them (-1 for a block holding an Inf or a NaN),
-    requesting each block's line of x `X_AHEAD` bytes on."""
+    last possibly short: ``rest`` elements) into ``local[0:m]``, as pass 1 stores them (-1 for a block
+    holding an Inf or a NaN). The lines of x were requested by the codes loop of the group before last."""
     j = 0
     while j + 16 <= whole:
         at = base + j * NV_BLOCK
-        for q in range(16):
-            prefetch_line(x, i0 + at + q * NV_BLOCK, X_AHEAD)
         if _abs_max_16_x16(xs, np.uint64(at), local, np.uint64(j)) >= _INF:
             for q in range(16):
                 every, finite = _nv_amax(xs, np.uint64(at + q * NV_BLOCK), NV_BLOCK)
@@ -616,7 +614,6 @@ def _nv_group_amax(x, xs, i0, base, m, whole, rest, local):
         j += 16
     for b in range(j, m):
         at = base + b * NV_BLOCK
-        prefetch_line(x, i0 + at, X_AHEAD)
         every, finite = _nv_amax(xs, np.uint64(at), NV_BLOCK if b < whole else rest)
         local[b] = finite if every < _INF else np.int32(-1)
 
@@ -651,7 +648,7 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, star
             stop_block = min(m, full - first)  # the whole blocks of the group
             b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
             if fused:
-                _nv_group_amax(x, xs, i0, row + first * NV_BLOCK, m, stop_block, rest, local)
+                _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
             else:
                 a0 = start * per_row + srow + first
                 local[:m] = block_amax[a0:a0 + m]
@@ -674,8 +671,9 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, star
                         limits[k, j] = _nv_threshold(midpoint, dd[j], ties_up)
             for j in range(stop_block):
                 at = row + (first + j) * NV_BLOCK
-                if not fused:  # fused, the maxima just read the group's lines
-                    prefetch_line(x, i0 + at, X_AHEAD)  # the block's line of x, X_AHEAD bytes on
+                # the block's line of x, X_AHEAD bytes on (fused: for the maxima of the group after next, so that
+                # lines arrive while this group computes; requested by the maxima loop, they came in bursts)
+                prefetch_line(x, i0 + at, X_AHEAD)
                 if j % 4 == 0:
                     prefetch_line(codes, i0 + at, X_AHEAD // 4, True)  # and a line of codes per 4 blocks
                 _nv_codes_16(xs, cs, at, limits, j)
