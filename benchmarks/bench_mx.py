@@ -69,45 +69,16 @@ def _probes(in_bytes: int, out_bytes: int):
     csrc = np.ones(half, np.float64)
     cdst = np.empty_like(csrc)
 
-    def fresh():
-        threads.run_chunked(read_then_write, units, src, np.empty(n_out, np.uint64))
+    def fresh(passes=1):
+        threads.run_chunked(read_then_write, units, src, np.empty(n_out, np.uint64), passes)
 
     def prealloc():
         threads.run_chunked(copy, half, csrc, cdst)
 
-    def twice():
-        threads.run_chunked(_read_twice_then_write(), units, src, np.empty(n_out, np.uint64))
+    def twice():  # the bound of a two-pass quantizer: each thread reads its part of the input to the end, twice
+        fresh(2)
 
     return fresh, prealloc, twice
-
-
-_TWICE = None
-
-
-def _read_twice_then_write():
-    """The fresh probe's kernel reading its part of the input twice: the bound of a two-pass operator (NVFP4
-    quantize reads x once for the tensor maximum and once for the codes). Each thread reads its part to the end
-    before reading it again, as the kernel's two passes do."""
-    global _TWICE
-    if _TWICE is None:
-        import numba
-
-        @numba.njit(cache=True, nogil=True)
-        def read_twice_then_write(src, dst, start, stop):
-            n = max(src.size, dst.size)
-            s = src[start * src.size // n:stop * src.size // n]
-            d = dst[start * dst.size // n:stop * dst.size // n]
-            acc = np.uint64(0)
-            for i in range(s.size):
-                acc ^= s[i]
-            acc2 = np.uint64(1)
-            for i in range(s.size):
-                acc2 += s[i]
-            for i in range(d.size):
-                d[i] = acc ^ acc2
-
-        _TWICE = read_twice_then_write
-    return _TWICE
 
 
 def cpu_model() -> str:

@@ -265,15 +265,18 @@ def _probe_kernels():
             dst[start:stop] = src[start:stop]
 
         @numba.njit(cache=True, nogil=True)
-        def read_then_write(src, dst, start, stop):
+        def read_then_write(src, dst, passes, start, stop):
             # units [start, stop) of max(src.size, dst.size) cover the same fraction of both arrays; an
-            # integer XOR reduction vectorises, and writing it keeps the reads from being optimised away
+            # integer XOR reduction vectorises, and writing it keeps the reads from being optimised away.
+            # ``passes``: how many times each thread reads its part of src, to the end each time (2: the
+            # bound of a two-pass operator, NVFP4 quantize with its own tensor scale)
             n = max(src.size, dst.size)
             s = src[start * src.size // n:stop * src.size // n]
             d = dst[start * dst.size // n:stop * dst.size // n]
             acc = np.uint64(0)
-            for i in range(s.size):
-                acc ^= s[i]
+            for p in range(passes):
+                for i in range(s.size):
+                    acc ^= s[i] + np.uint64(p)
             for i in range(d.size):
                 d[i] = acc
 
@@ -296,7 +299,7 @@ def _bandwidth_probe(in_bytes: int, out_bytes: int, repeat: int) -> tuple[float,
     src = np.ones(max(in_bytes // 8, 1), np.uint64)
     n_out = max(out_bytes // 8, 1)
     units = max(src.size, n_out)
-    fresh = _best(lambda: threads.run_chunked(read_then_write, units, src, np.empty(n_out, np.uint64)), repeat)
+    fresh = _best(lambda: threads.run_chunked(read_then_write, units, src, np.empty(n_out, np.uint64), 1), repeat)
     half = max((in_bytes + out_bytes) // 2 // 8, 1)
     src = np.ones(half, np.float64)
     dst = np.empty_like(src)
