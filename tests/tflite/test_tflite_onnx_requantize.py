@@ -150,3 +150,22 @@ def test_onnx_model_run_with_tflite_modes_equals_the_interpreter():
     for mode, kernel in (("tflite", "reference"), ("xnnpack", "xnnpack")):
         y = qonnx.run(model, {"x": nchw}, requantize=mode)["y"].transpose(0, 2, 3, 1)
         np.testing.assert_array_equal(y, Runner(tfl, kernel)(x), strict=True)
+
+
+def test_qlinear_conv_tflite_mode_adds_the_zero_point_in_int32_as_the_interpreter():
+    """The scaled accumulator plus the output zero point is an int32 addition in TFLite, which wraps. uint8, a
+    multiplier just below 1 (x_scale * w_scale / y_scale = 1 - 2^-24: M = 2^31 - 128, no shift) and a bias near
+    INT32_MAX put the scaled value within 200 of INT32_MAX; the zero point 200 carries channel 0 past it, to
+    a large negative value clamped to 0, where a wider addition would saturate at 255."""
+    channels = 4
+    x = np.zeros((1, 2, 2, 1), np.uint8)  # x at its zero point: the accumulator is the bias
+    w = np.ones((channels, 1, 1, 1), np.uint8)
+    top = np.iinfo(np.int32).max
+    bias = np.array([top, top - 100, top - 300, 1000], np.int32)
+    x_scale, w_scale, y_scale, y_zp = F32(1.0), F32(1 - 2.0**-24), F32(1.0), 200
+    model = _conv_model(x.shape, "uint8", x_scale, 0, w, w_scale, 0, bias, x.shape[:3] + (channels,), y_scale, y_zp,
+                        "VALID")
+    ours = _onnx_conv(x, w, bias, x_scale, 0, w_scale, 0, y_scale, y_zp, "tflite")
+    for resolver in ("reference", "optimized"):
+        np.testing.assert_array_equal(ours, Runner(model, resolver)(x), strict=True)
+    assert ours[0, 0, 0, 0] == 0 and (ours[0, 0, 0, 1:] == 255).all()  # channel 0 wrapped

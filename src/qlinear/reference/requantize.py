@@ -29,7 +29,7 @@ The other runtimes' arithmetics, so that an ONNX model can be checked against th
            double(float32(x_scale * w_scale)) / double(y_scale)        Params; uint8 x: the float32 product of
                                                                        GetQuantizedConvolutionMultipler)
     (M, shift) = QuantizeMultiplier(real)                              M in [2**30, 2**31), halves away
-    y = MultiplyByQuantizedMultiplier(int32(acc), M, shift) + y_zero_point,  saturated
+    y = MultiplyByQuantizedMultiplier(int32(acc), M, shift) + y_zero_point  (an int32 addition: wraps), clamped
     where MultiplyByQuantizedMultiplier rounds twice (SaturatingRoundingDoublingHighMul, then
     RoundingDivideByPOT).
 
@@ -83,7 +83,8 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray
         single = mode == "tflite-single"
         fixed, shift = tfl.quantize_multipliers(multiplier, single)
         y = tfl.multiply_by_quantized_multiplier(tfl.wrap_int32(acc), fixed, shift, single_rounding=single)
-        return np.clip(y + np.int64(y_zero_point), qmin, qmax).astype(out_dtype)
+        # TFLite adds the zero point in int32, which wraps (as the interpreter does) within |zp| of INT32_MAX
+        return np.clip(tfl.wrap_int32(y + np.int64(y_zero_point)), qmin, qmax).astype(out_dtype)
     if mode == "float64":
         # int32 * float32 promotes to float64 in NumPy; int32 values and float32/16 multipliers are exact
         # in float64, so the product is the exact product rounded once.
