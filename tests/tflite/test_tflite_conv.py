@@ -452,6 +452,7 @@ _OK = dict(x=_X8, w=_W8, bias=_B, x_scale=0.5, x_zero_point=0, w_scale=0.25, y_s
     (dict(dilations="2"), TypeError, "dilations must be an int or a pair"),
     (dict(activation="tanh"), ValueError, "activation must be one of"),
     (dict(kernel="neon"), ValueError, "kernel must be one of"),
+    (dict(kernel=None), TypeError, "kernel must be a string"),
     (dict(w_zero_point=1), ValueError, "w_zero_point must be 0 for int8 weights"),
     (dict(single_rounding=1), TypeError, "single_rounding must be a bool"),
     (dict(x=np.zeros((1, 2, 2, 4), np.int8)), ValueError, "larger than the input"),

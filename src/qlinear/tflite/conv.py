@@ -201,7 +201,7 @@ def _weights_and_bias(func, x, w, bias, w_zero_point, out_channels, bias_require
 
 
 def _common(func, x, x_scale, x_zero_point, y_scale, y_zero_point, activation, kernel, single_rounding):
-    _validate.choice(func, "kernel", kernel, KERNELS, optional=True)
+    _validate.choice(func, "kernel", kernel, KERNELS)  # None is no kernel: a TypeError, as in quantize
     _validate.choice(func, "activation", activation, ACTIVATIONS, optional=True)
     _validate.flag(func, "single_rounding", single_rounding)
     x_scale = _scale(func, "x_scale", x_scale)
