@@ -240,6 +240,23 @@ def test_quantize_nvfp4_given_tensor_scale_equals_reference(factor):
             _assert_same(scales, two_pass[1], f"block scales, one pass vs two, {what}")
 
 
+@pytest.mark.parametrize("k", [1030, 2000, 1040])
+def test_nvfp4_rows_longer_than_a_group_with_a_short_last_block(k):
+    """Rows of more than `NV_GROUP` blocks whose last block is short (and, 1040, exactly 65 whole blocks): the
+    group after the first 64 blocks holds that block alone, in both kernels (tensor scale own and given)."""
+    rng = np.random.default_rng(k)
+    x = (rng.standard_normal((9, k)) * np.exp2(rng.integers(-20, 20, (9, 1)))).astype(F32)
+    x[2, k - 1] = np.inf
+    x[5, 70] = np.nan
+    for g in (None, F32(0.01), F32(1e-30)):
+        codes, scales, kg = km.quantize_nvfp4(x, g)
+        with np.errstate(all="ignore"):
+            rcodes, rscales, rg = ref.quantize_nvfp4(x, g)
+        assert _bits(kg) == _bits(rg)
+        _assert_same(scales, rscales, f"block scales, k {k}, g {g}")
+        _assert_same(codes, rcodes, f"codes, k {k}, g {g}", x)
+
+
 def test_nvfp4_block_scales_at_every_e4m3_rounding_boundary():
     """Block maxima whose (amax / 6) / g lands on and around every E4M3 value and every midpoint between two
     (the kernel rounds the block scale with a magic-number addition and takes its value as the sum minus
