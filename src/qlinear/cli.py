@@ -134,10 +134,11 @@ def _add_quantize(commands) -> None:
                    "format (ONNX models; mxfp4 also .safetensors): mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4; or a "
                    "comma-separated list of these (int4,mxfp4,nvfp4), which reports them side by side and writes "
                    "nothing")
-    # qlinear.mx.SCALE_RULES, written out: --help imports no numpy
-    p.add_argument("--scale-rule", choices=("floor", "ceil", "even"),
+    # qlinear.mx.SCALE_RULES and NVFP4_RULES, written out: --help imports no numpy
+    p.add_argument("--scale-rule", choices=("floor", "ceil", "even", "modelopt"),
                    help="MX formats: how a block's power-of-two scale is chosen: floor (default, OCP MX v1.0: the "
-                   "block maximum may clip), ceil (never clips: cuBLAS, CUDA), even (torchao)")
+                   "block maximum may clip), ceil (never clips: cuBLAS, CUDA), even (torchao); nvfp4: modelopt "
+                   "(TensorRT Model Optimizer's scales and codes, bit for bit) instead of the exact rule")
     p.add_argument("--granularity", choices=("tensor", "axis", "block"),
                    help="one scale per tensor, per slice along the axis, or per block along the axis (default: axis "
                    "for 8- and 16-bit types, block for 6 bits and fewer; block when --block-size is given)")

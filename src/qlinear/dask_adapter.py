@@ -163,7 +163,7 @@ def _packed_length(n: int, block_size: int) -> int:
 
 
 def _mx_pack(chunk, g=None, *, quantize, fmt, rule, axis):
-    kwargs = {"scale_rule": rule} if g is None else {"global_scale": np.float32(g)}
+    kwargs = {"scale_rule": rule} if g is None else {"scale_rule": rule, "global_scale": np.float32(g)}
     parts = quantize(chunk, fmt, axis=axis, **kwargs)
     return np.concatenate([parts[0].view(np.uint8), parts[1].view(np.uint8)], axis=axis)
 
@@ -175,29 +175,29 @@ def _mx_unpack(packed, *, axis, block_size, codes: bool, dtype):
     return np.ascontiguousarray(packed[tuple(index)]).view(dtype)
 
 
-def _finite_amax(chunk):
-    finite = np.where(np.isfinite(chunk), np.abs(chunk), np.float32(0))
-    return np.asarray(finite.max(initial=np.float32(0)), np.float32).reshape((1,) * chunk.ndim)
+def _chunk_amax(chunk, *, amax, rule):
+    return np.asarray(amax(chunk, rule), np.float32).reshape((1,) * chunk.ndim)
 
 
-def _tensor_scale(amax, *, global_scale):
-    return np.asarray(global_scale(np.asarray(amax, np.float32).reshape(1)), np.float32)
+def _tensor_scale(amax, *, scale_from_amax, rule):
+    return np.asarray(scale_from_amax(np.asarray(amax, np.float32).reshape(()), rule), np.float32)
 
 
-def mx_quantize(quantize, x, fmt, axis: int, rule, global_scale, nvfp4_global_scale):
+def mx_quantize(quantize, x, fmt, axis: int, rule, global_scale, nvfp4_amax, nvfp4_scale_from_amax):
     """``quantize`` (qlinear.mx.quantize, passed by the caller) on each chunk of dask ``x``, lazily: (codes,
     scales) or, for NVFP4, (codes, block scales, tensor scale), each a dask array. NVFP4's tensor scale, unless
-    given, is a lazy 0-d array from a reduction over x's chunks (``nvfp4_global_scale``, the reference's rule,
-    on the chunks' finite maxima), which every chunk's task then takes: x is read twice, once per pass, as the
-    NumPy path reads it."""
+    given, is a lazy 0-d array from a reduction over x's chunks (the reference's ``nvfp4_amax`` of each chunk,
+    their maximum, ``nvfp4_scale_from_amax``), which every chunk's task then takes: x is read twice, once per
+    pass, as the NumPy path reads it."""
     bs = fmt.block_size
     x = x.rechunk({axis: block_aligned_chunks(x.chunks[axis], bs, "qlinear.mx.quantize")})
     g = None
     if fmt.name == "nvfp4":
         if global_scale is None:
-            maxima = x.map_blocks(_finite_amax, chunks=tuple((1,) * len(c) for c in x.chunks), dtype=np.float32)
-            g = maxima.max().map_blocks(functools.partial(_tensor_scale, global_scale=nvfp4_global_scale),
-                                        dtype=np.float32)
+            maxima = x.map_blocks(functools.partial(_chunk_amax, amax=nvfp4_amax, rule=rule),
+                                  chunks=tuple((1,) * len(c) for c in x.chunks), dtype=np.float32)
+            g = maxima.max().map_blocks(
+                functools.partial(_tensor_scale, scale_from_amax=nvfp4_scale_from_amax, rule=rule), dtype=np.float32)
         else:
             g = global_scale
     packed_chunks = list(x.chunks)

@@ -28,9 +28,9 @@ from . import dask_adapter
 from .dask_adapter import is_dask_array
 from .kernels import mx as _kernels
 from .reference import mx as ref
-from .reference.mx import FORMATS, SCALE_RULES, MXFormat
+from .reference.mx import FORMATS, NVFP4_RULES, SCALE_RULES, MXFormat
 
-__all__ = ["FORMATS", "SCALE_RULES", "MXFormat", "quantize", "dequantize", "onnx_scales", "format_of"]
+__all__ = ["FORMATS", "SCALE_RULES", "NVFP4_RULES", "MXFormat", "quantize", "dequantize", "onnx_scales", "format_of"]
 
 _INPUT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
 
@@ -98,8 +98,10 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
 
     "nvfp4" returns ``(codes, block_scales, global_scale)``: float4_e2m1fn codes, float8_e4m3fn block
     scales (blocks of 16) and a 0-d float32 tensor scale amax / (448 * 6); the codes are rounded
-    against the stored (rounded) block scale times the tensor scale. NVFP4 has one rule:
-    ``scale_rule`` must be left at None. ``global_scale`` (NVFP4 only; one positive, finite float32
+    against the stored (rounded) block scale times the tensor scale, by exact comparison with the
+    midpoints (ties to even). ``scale_rule="modelopt"`` gives NVFP4 as TensorRT Model Optimizer 0.47
+    computes it instead, bit for bit (block scale amax / float32(6 * g), clamped into [2^-9, 448];
+    codes from the float32 quotient x / d: docs/mx.md). ``global_scale`` (NVFP4 only; one positive, finite float32
     value) gives the tensor scale instead, as for activations quantized with a calibrated amax: x is read
     once instead of twice, and block scales that would exceed 448 saturate there (their codes at 6).
     """
@@ -108,8 +110,9 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
     x = _float32(x, function)
     axis = _axis(axis, x.ndim, "axis", function)
     if f.name == "nvfp4":
-        if scale_rule is not None:
-            raise ValueError(f"{function}: scale_rule applies to the MX formats; nvfp4 has one rule (leave scale_rule=None)")
+        if scale_rule is not None and scale_rule not in NVFP4_RULES:
+            raise ValueError(f"{function}: nvfp4's scale_rule is None (the exact rule) or one of "
+                             f"{', '.join(NVFP4_RULES)}, got {scale_rule!r}")
         if global_scale is not None:
             global_scale = _global_scale(global_scale, function)
             if is_dask_array(global_scale):
@@ -124,12 +127,14 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
     elif scale_rule not in SCALE_RULES:
         raise ValueError(f"{function}: scale_rule must be one of {', '.join(SCALE_RULES)}, got {scale_rule!r}")
     if is_dask_array(x):  # lazily, chunk by chunk, each chunk through this function
-        return dask_adapter.mx_quantize(quantize, x, f, axis, scale_rule, global_scale, ref.nvfp4_global_scale)
+        return dask_adapter.mx_quantize(quantize, x, f, axis, scale_rule, global_scale, ref.nvfp4_amax,
+                                        ref.nvfp4_scale_from_amax)
     moved = _moved(x, axis, -1)
     # the kernels (qlinear.kernels.mx), bit-identical to the reference, which runs when they are switched off
+    # (Model Optimizer's NVFP4 has no kernel: the reference, NumPy, runs)
     if f.name == "nvfp4":
-        result = _kernels.quantize_nvfp4(moved, global_scale)
-        codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved, global_scale)
+        result = _kernels.quantize_nvfp4(moved, global_scale) if scale_rule is None else None
+        codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved, global_scale, scale_rule)
         return _moved(codes, -1, axis), _moved(scales, -1, axis), np.asarray(g, np.float32)
     result = _kernels.quantize_mx(moved, f, scale_rule)
     codes, scales = result if result is not None else ref.quantize_mx(moved, f, scale_rule)

@@ -130,6 +130,32 @@ def test_the_scale_rule_chooses_the_scales(tmp_path, rule, float_weights):
     np.testing.assert_array_equal(np.asarray(stored).view(np.uint8), scales.view(np.uint8))
 
 
+def test_nvfp4_scale_rule_modelopt_writes_model_optimizers_codes(tmp_path, float_weights):
+    """--dtype nvfp4 --scale-rule modelopt: the ONNX model holds qlinear.mx's scale_rule="modelopt" codes and
+    scales (tests/mx/test_mx_modelopt.py: those are Model Optimizer's, bit for bit)."""
+    # bfloat16-valued weights: many quotients x / d round onto a midpoint, where the two rules differ
+    w = np.random.default_rng(4).standard_normal((128, 64)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    source = _small_model(tmp_path / "small.onnx", w)
+    output, _ = _quantize(tmp_path, "nvfp4", "--scale-rule", "modelopt", "--no-eval", source=source)
+    model = onnx.load(str(output))
+    initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    codes, scales, g = mx.quantize(w, "nvfp4", axis=0, scale_rule="modelopt")
+    stored = [a for a in initializers.values() if a.dtype == codes.dtype and a.shape == codes.shape]
+    assert len(stored) == 1 and np.array_equal(stored[0].view(np.uint8), codes.view(np.uint8))
+    exact = mx.quantize(w, "nvfp4", axis=0)
+    assert np.count_nonzero(codes.view(np.uint8) != exact[0].view(np.uint8)) > 0  # the rules differ here (9 codes)
+
+
+def test_a_scale_rule_in_a_list_goes_to_the_formats_it_is_a_rule_of(tmp_path, float_weights):
+    result = in_process("quantize", EXAMPLE, "--dtype", "int4,mxfp4,nvfp4", "--scale-rule", "modelopt", "--json")
+    assert result.returncode == 0, result.stderr
+    row = next(r for r in json.loads(result.stdout)["tensors"] if r["name"] == "fc2.weight")
+    w = float_weights["fc2.weight"].astype(np.float64)
+    codes, scales, g = mx.quantize(float_weights["fc2.weight"], "nvfp4", axis=0, scale_rule="modelopt")
+    noise = np.sum((w - mx.dequantize(codes, scales, axis=0, global_scale=g)) ** 2)
+    assert row["formats"]["nvfp4"]["sqnr_db"] == pytest.approx(10 * np.log10(np.sum(w * w) / noise), rel=1e-12)
+
+
 def _small_model(path, weight, opset=13):
     """x @ W with W an initializer of W's own float type."""
     element = {np.dtype(np.float32): onnx.TensorProto.FLOAT, np.dtype(np.float16): onnx.TensorProto.FLOAT16}
@@ -241,6 +267,8 @@ def test_a_list_compares_formats_on_a_tensor_file(tmp_path, float_weights):
 @pytest.mark.parametrize("args, message", [
     (["--dtype", "int4", "--scale-rule", "ceil"], "--scale-rule applies to the MX formats"),
     (["--dtype", "nvfp4", "--scale-rule", "ceil"], "nvfp4's block scales are float8e4m3fn"),
+    (["--dtype", "mxfp4", "--scale-rule", "modelopt"], "--scale-rule modelopt is NVFP4's"),
+    (["--dtype", "int4,mxfp4", "--scale-rule", "modelopt"], "--scale-rule modelopt is NVFP4's"),
     (["--dtype", "mxfp4", "--granularity", "axis"], "blocked by definition"),
     (["--dtype", "mxfp4", "--block-size", "16"], "its blocks are 32 elements"),
     (["--dtype", "nvfp4", "--block-size", "32"], "its blocks are 16 elements"),

@@ -52,9 +52,12 @@ def _mx_settings(args, fmt) -> Settings:
     if args.asymmetric:
         raise UserError(f"--dtype {fmt.name}: an MX format is symmetric (a scale per block, no zero point); "
                         f"--asymmetric does not apply")
-    if fmt.name == "nvfp4" and args.scale_rule is not None:
-        raise UserError("--scale-rule applies to the MX formats' power-of-two scales; nvfp4's block scales are "
-                        "float8e4m3fn, rounded to nearest")
+    if fmt.name == "nvfp4" and args.scale_rule not in (None, "modelopt"):
+        raise UserError(f"--scale-rule {args.scale_rule} applies to the MX formats' power-of-two scales; nvfp4's "
+                        "block scales are float8e4m3fn, rounded to nearest (or --scale-rule modelopt)")
+    if fmt.name != "nvfp4" and args.scale_rule == "modelopt":
+        raise UserError(f"--scale-rule modelopt is NVFP4's (TensorRT Model Optimizer's); --dtype {fmt.name} takes "
+                        "floor, ceil or even")
     for flag, given in (("--chunks", args.chunks), ("--plot", args.plot), ("--calibrate", args.calibrate)):
         if given:
             raise UserError(f"{flag} does not apply to --dtype {fmt.name} yet (the MX formats quantize weights "
@@ -69,6 +72,8 @@ def parse_settings(args) -> Settings:
     fmt = parse_format(args.dtype)
     if fmt is not None:
         return _mx_settings(args, fmt)
+    if args.scale_rule == "modelopt":
+        raise UserError(f"--scale-rule modelopt is NVFP4's (TensorRT Model Optimizer's), not --dtype {args.dtype}'s")
     if args.scale_rule is not None:
         raise UserError(f"--scale-rule applies to the MX formats ({', '.join(m for m in MX_FORMATS if m != 'nvfp4')}),"
                         f" not --dtype {args.dtype}")
@@ -161,6 +166,20 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
                                                  else {"report_samples": args.report_samples}))
 
 
+def _rule_for(name: str, args):
+    """In a --dtype list, --scale-rule goes to the formats it is a rule of (floor, ceil, even: the MX formats;
+    modelopt: nvfp4); a rule that none of the list takes is an error."""
+    rule = args.scale_rule
+    if rule is None:
+        return None
+    fmt = parse_format(name)
+    takes = fmt is not None and (fmt.name == "nvfp4") == (rule == "modelopt")
+    if not any((f := parse_format(n.strip())) is not None and (f.name == "nvfp4") == (rule == "modelopt")
+               for n in args.dtype.split(",")):
+        return rule  # refused by parse_settings, with the single --dtype message
+    return rule if takes else None
+
+
 def _compare_command(args, source: Path, kind: str) -> int:
     """--dtype A,B,...: every entry on the same weights, reported side by side; nothing is written."""
     names = [name.strip() for name in args.dtype.split(",")]
@@ -174,7 +193,8 @@ def _compare_command(args, source: Path, kind: str) -> int:
                         "not .zarr stores")
     if args.plot or args.calibrate:
         raise UserError(f"{'--plot' if args.plot else '--calibrate'} takes a single --dtype, not a list")
-    runs = [parse_settings(argparse.Namespace(**(vars(args) | {"dtype": name}))) for name in names]
+    runs = [parse_settings(argparse.Namespace(**(vars(args) | {"dtype": name, "scale_rule": _rule_for(name, args)})))
+            for name in names]
     if kind != "onnx" and (args.eval_data or args.recurrent):
         raise UserError("--eval and --recurrent apply to ONNX models")
     measure = _evaluation(args, source) if kind == "onnx" else None

@@ -151,7 +151,7 @@ def quantize_mx(x, gran: Granularity, fmt, scale_rule: str | None, output_dtype:
     xf = xf if xf.dtype in _OWN_TYPES else xf.astype(np.float32)
     global_scale = None
     if fmt.name == "nvfp4":
-        codes, scales, global_scale = mx.quantize(xf, fmt.name, axis=gran.axis)
+        codes, scales, global_scale = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule)
         global_scale = np.asarray(global_scale, np.float32).reshape(())
     else:
         codes, scales = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule)

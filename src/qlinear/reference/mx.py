@@ -65,6 +65,7 @@ FORMATS: dict[str, MXFormat] = {
 }
 
 SCALE_RULES = ("floor", "ceil", "even")
+NVFP4_RULES = ("modelopt",)  # NVFP4's one alternative to its default (exact) rule
 MXINT8_FRACTION_BITS = 6  # value = code * 2^-6 * X
 NVFP4_GLOBAL_DIVISOR = np.float32(448.0 * 6.0)  # E4M3 max times E2M1 max
 
@@ -206,12 +207,30 @@ _E2M1_MIDPOINTS = (_E2M1_MAGNITUDES[:-1] + _E2M1_MAGNITUDES[1:]) / 2  # 0.25, 0.
 
 
 @np.errstate(all="ignore")
-def nvfp4_global_scale(x: np.ndarray) -> np.float32:
-    """float32(amax / (448 * 6)) over the finite values (1 when that is 0: an all-zero tensor)."""
+def nvfp4_amax(x: np.ndarray, rule: str | None = None) -> np.float32:
+    """The tensor maximum the tensor scale comes from: the largest finite magnitude (0 for none); "modelopt":
+    max(|max x|, |min x|), as Model Optimizer's ``reduce_amax`` (a NaN anywhere makes it NaN, an Inf Inf)."""
+    x = np.asarray(x, np.float32)
+    if rule == "modelopt":
+        if x.size == 0:
+            return np.float32(0)
+        return np.float32(np.maximum(np.abs(x.max()), np.abs(x.min())))
     finite = np.isfinite(x)
-    amax = np.float32(np.abs(np.where(finite, x, np.float32(0))).max(initial=np.float32(0)))
-    g = np.float32(amax / NVFP4_GLOBAL_DIVISOR)
-    return np.float32(1) if g == 0 else g
+    return np.float32(np.abs(np.where(finite, x, np.float32(0))).max(initial=np.float32(0)))
+
+
+@np.errstate(all="ignore")
+def nvfp4_scale_from_amax(amax, rule: str | None = None) -> np.float32:
+    """float32(amax / (448 * 6)); 1 when that is 0 (an all-zero tensor), except under "modelopt", which keeps
+    the 0 (its block scales then come out NaN, and so its codes' values)."""
+    g = np.float32(np.float32(amax) / NVFP4_GLOBAL_DIVISOR)
+    return np.float32(1) if g == 0 and rule != "modelopt" else g
+
+
+def nvfp4_global_scale(x: np.ndarray, rule: str | None = None) -> np.float32:
+    """float32(amax / (448 * 6)) over the finite values (1 when that is 0: an all-zero tensor); ``rule``:
+    see `nvfp4_amax` and `nvfp4_scale_from_amax`."""
+    return nvfp4_scale_from_amax(nvfp4_amax(x, rule), rule)
 
 
 @np.errstate(all="ignore")
@@ -249,9 +268,46 @@ def nvfp4_elements(b: np.ndarray, d: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint8).view(ml_dtypes.float4_e2m1fn)
 
 
-def quantize_nvfp4(x: np.ndarray, g=None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+_MODELOPT_ODD_MIDPOINTS = np.array([0.75, 1.75, 3.5], np.float32)
+
+
+@np.errstate(all="ignore")
+def quantize_nvfp4_modelopt(x: np.ndarray, g=None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """NVFP4 as TensorRT Model Optimizer 0.47.0 quantizes a weight (``NVFP4QTensor.quantize``, its PyTorch
+    path, modelopt/torch/quantization/qtensor/nvfp4_tensor.py), step by step in float32:
+
+        g     = float32(amax / 2688), amax = max(|max x|, |min x|)          (get_weights_scaling_factor_2)
+        s     = block amax / float32(6 * g); 0 -> 1; clamped to [2^-9, 448]; to E4M3, nearest even
+        d     = float32(float32(s) * g)
+        q     = float32(x / d)
+        code  = [q < 0] * 8 + #{midpoints m : m < |q|} + [|q| in {0.75, 1.75, 3.5}]   (_cast_fp4)
+
+    So the code is decided on the rounded quotient q, not by exact comparison; -0.0 and quotients that
+    underflow to -0.0 get +0; a partial last block is padded with zeros (reduce_block_padding), as here."""
+    fmt = FORMATS["nvfp4"]
+    x = np.asarray(x, np.float32)
+    g = nvfp4_global_scale(x, "modelopt") if g is None else np.float32(g)
+    b = blocks(x, fmt.block_size)
+    amax = np.abs(b).max(axis=-1) if b.shape[-1] else np.zeros(b.shape[:-1], np.float32)
+    s = amax.astype(np.float32) / np.float32(np.float32(6) * g)
+    s = np.where(s == 0, np.float32(1), s)
+    s = np.clip(s, np.float32(2.0**-9), np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
+    d = (s.astype(np.float32) * g).astype(np.float32)
+    q = (b / d[..., None]).astype(np.float32)
+    magnitude = np.abs(q)
+    index = np.searchsorted(_E2M1_MIDPOINTS.astype(np.float32), magnitude, side="left")
+    index = index + np.isin(magnitude, _MODELOPT_ODD_MIDPOINTS)
+    bits = ((q < 0).astype(np.uint8) << 3) | index.astype(np.uint8)
+    codes = unblocks(bits.view(ml_dtypes.float4_e2m1fn), x.shape[-1])
+    return codes, s, g
+
+
+def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """(codes, block scales, tensor scale); ``g``: the float32 tensor scale to use instead of x's own
-    (`nvfp4_global_scale`), e.g. one calibrated on other data: block scales above 448 then saturate."""
+    (`nvfp4_global_scale`), e.g. one calibrated on other data: block scales above 448 then saturate.
+    ``rule="modelopt"``: `quantize_nvfp4_modelopt`."""
+    if rule == "modelopt":
+        return quantize_nvfp4_modelopt(x, g)
     fmt = FORMATS["nvfp4"]
     g = nvfp4_global_scale(x) if g is None else np.float32(g)
     b = blocks(x, fmt.block_size)
