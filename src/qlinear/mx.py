@@ -101,9 +101,10 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
     against the stored (rounded) block scale times the tensor scale, by exact comparison with the
     midpoints (ties to even). ``scale_rule="modelopt"`` gives NVFP4 as TensorRT Model Optimizer 0.47
     computes it instead, bit for bit (block scale amax / float32(6 * g), clamped into [2^-9, 448];
-    codes from the float32 quotient x / d: docs/mx.md). ``global_scale`` (NVFP4 only; one positive, finite float32
-    value) gives the tensor scale instead, as for activations quantized with a calibrated amax: x is read
-    once instead of twice, and block scales that would exceed 448 saturate there (their codes at 6).
+    codes from the float32 quotient x / d: docs/mx.md). ``global_scale`` (NVFP4 only; one positive,
+    finite float32 value) gives the tensor scale instead, as for activations quantized with a calibrated
+    amax: x is read once instead of twice, and block scales that would exceed 448 saturate there (their
+    codes at 6).
     """
     function = "qlinear.mx.quantize"
     f = _format(fmt, function)
