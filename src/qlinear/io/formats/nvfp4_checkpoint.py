@@ -1,0 +1,208 @@
+"""NVFP4 checkpoints in TensorRT Model Optimizer's layout (its unified Hugging Face export, which vLLM, SGLang
+and TensorRT-LLM load): safetensors files in which a quantized weight ``MODULE.weight`` is stored as
+
+- ``MODULE.weight``: uint8 of shape ``S + (K/2,)``, two float4 e2m1 codes a byte, element 2i in the low
+  nibble and element 2i+1 in the high nibble of byte i (``NVFP4QTensor.quantize``'s ``_quantized_data``);
+- ``MODULE.weight_scale``: float8_e4m3fn (safetensors ``F8_E4M3``) of shape ``S + (K/16,)``, the block scales;
+- ``MODULE.weight_scale_2``: float32, the tensor scale: one value (shape ``()`` or ``(1,)``), or one per
+  expert for a weight ``(E, N, K/2)`` of mixture-of-experts layers (shape ``(E,)``);
+- optionally ``MODULE.input_scale``: float32, the activations' tensor scale (an ordinary tensor here).
+
+A weight decodes to ``code * float32(block scale) * weight_scale_2``, which is `qlinear.mx.dequantize` of
+``(codes, block scales)`` with ``global_scale=weight_scale_2``. (Model Optimizer 0.47.0,
+modelopt/torch/export/unified_export_hf.py and qtensor/nvfp4_tensor.py; the names and the packing are read
+there and checked against its quantizer in tests/io/test_nvfp4_checkpoint.py.) Its quantizer is
+`qlinear.mx.quantize(w, "nvfp4", scale_rule="modelopt", global_scale=weight_scale_2)` bit for bit, so a
+checkpoint's codes can be checked against the float weights they came from (docs/mx.md).
+
+The safetensors bytes are read by `tensor_files` (memory-mapped; no `safetensors` package).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from ... import mx
+from ..errors import UserError
+from .mx_checkpoint import Checkpoint, _code
+from .tensor_files import SafetensorsReader
+
+BLOCK = 16  # values per NVFP4 block
+CODES = np.dtype(ml_dtypes.float4_e2m1fn)
+SCALES = np.dtype(ml_dtypes.float8_e4m3fn)
+SUFFIXES = (".weight", ".weight_scale", ".weight_scale_2")
+
+
+def to_modelopt(codes, block_scales, global_scale) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pack NVFP4 ``(codes, block_scales, global_scale)`` (`qlinear.mx.quantize`'s output, blocks along the last
+    axis, which must hold whole blocks) into Model Optimizer's ``(weight, weight_scale, weight_scale_2)``.
+
+    >>> import numpy as np, ml_dtypes
+    >>> codes = np.array([[0.5, -6.0] + [0.0] * 14], ml_dtypes.float4_e2m1fn)
+    >>> weight, weight_scale, weight_scale_2 = to_modelopt(codes, np.array([[2.0]], ml_dtypes.float8_e4m3fn),
+    ...                                                    np.float32(0.25))
+    >>> hex(weight[0, 0]), weight.shape, weight_scale.dtype.name, weight_scale_2
+    ('0xf1', (1, 8), 'float8_e4m3fn', array(0.25, dtype=float32))
+    """
+    codes, block_scales = np.asarray(codes), np.asarray(block_scales)
+    g = np.asarray(global_scale)
+    _check_codes(codes, block_scales, g, "to_modelopt")
+    bits = np.ascontiguousarray(codes).view(np.uint8)
+    weight = (bits[..., 0::2] & np.uint8(0x0F)) | ((bits[..., 1::2] & np.uint8(0x0F)) << np.uint8(4))
+    return weight, np.ascontiguousarray(block_scales).copy(), np.asarray(g, np.float32).copy()
+
+
+def from_modelopt(weight, weight_scale, weight_scale_2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unpack Model Optimizer's ``(weight, weight_scale, weight_scale_2)`` into NVFP4 ``(codes, block_scales,
+    global_scale)``, the inverse of `to_modelopt`: codes float4_e2m1fn of shape ``S + (2 * weight.shape[-1],)``,
+    the block scales as float8_e4m3fn, the tensor scale(s) as float32 (0-d when one value).
+
+    >>> import numpy as np, ml_dtypes
+    >>> codes, scales, g = from_modelopt(np.full((1, 8), 0xF1, np.uint8), np.array([[2.0]], ml_dtypes.float8_e4m3fn),
+    ...                                  np.array([0.25], np.float32))
+    >>> codes[0, :4].astype(np.float32), g
+    (array([ 0.5, -6. ,  0.5, -6. ], dtype=float32), array(0.25, dtype=float32))
+    """
+    weight, weight_scale, g = (np.asarray(a) for a in (weight, weight_scale, weight_scale_2))
+    if weight_scale.dtype == np.uint8:  # the bytes, as a file without float8 support may hand them over
+        weight_scale = weight_scale.view(SCALES)
+    _check_packed(weight, weight_scale, g, "from_modelopt")
+    codes = np.empty(weight.shape[:-1] + (weight.shape[-1], 2), np.uint8)
+    codes[..., 0] = weight & np.uint8(0x0F)
+    codes[..., 1] = weight >> np.uint8(4)
+    codes = codes.reshape(weight.shape[:-1] + (2 * weight.shape[-1],)).view(CODES)
+    g = g.astype(np.float32).reshape(()) if g.size == 1 else g.astype(np.float32)
+    return codes, np.ascontiguousarray(weight_scale).copy(), g
+
+
+def _check_global(g: np.ndarray, leading: tuple, where: str) -> None:
+    if g.dtype != np.float32:
+        raise TypeError(f"{where}: weight_scale_2 must be float32, got {g.dtype}")
+    if g.size != 1 and tuple(g.shape) != tuple(leading[: g.ndim]):
+        raise ValueError(f"{where}: weight_scale_2 must be one value or one per leading index of the weight "
+                         f"(shape {tuple(leading[:1])} for experts), got shape {g.shape}")
+
+
+def _check_codes(codes: np.ndarray, scales: np.ndarray, g: np.ndarray, where: str) -> None:
+    if codes.dtype != CODES:
+        raise TypeError(f"{where}: codes must be float4_e2m1fn (ml_dtypes), got {codes.dtype}")
+    if scales.dtype != SCALES:
+        raise TypeError(f"{where}: block_scales must be float8_e4m3fn (ml_dtypes), got {scales.dtype}")
+    if codes.ndim == 0 or codes.shape[-1] % BLOCK:
+        raise ValueError(f"{where}: the last axis of codes must be a whole number of {BLOCK}-element blocks "
+                         f"(Model Optimizer's layout has no partial block), got shape {codes.shape}")
+    if scales.shape != codes.shape[:-1] + (codes.shape[-1] // BLOCK,):
+        raise ValueError(f"{where}: block_scales must have codes' shape with the last axis divided by {BLOCK}, "
+                         f"{codes.shape[:-1] + (codes.shape[-1] // BLOCK,)}, got {scales.shape}")
+    _check_global(g, codes.shape[:-1], where)
+
+
+def _check_packed(weight: np.ndarray, scales: np.ndarray, g: np.ndarray, where: str) -> None:
+    if weight.dtype != np.uint8:
+        raise TypeError(f"{where}: weight must be uint8 (two float4 codes a byte), got {weight.dtype}")
+    if scales.dtype != SCALES:
+        raise TypeError(f"{where}: weight_scale must be float8_e4m3fn, got {scales.dtype}")
+    if weight.ndim == 0 or weight.shape[-1] % (BLOCK // 2):
+        raise ValueError(f"{where}: the last axis of weight must hold whole blocks of {BLOCK // 2} bytes, got "
+                         f"shape {weight.shape}")
+    if scales.shape != weight.shape[:-1] + (weight.shape[-1] * 2 // BLOCK,):
+        raise ValueError(f"{where}: weight_scale must have shape {weight.shape[:-1] + (weight.shape[-1] * 2 // BLOCK,)}"
+                         f" (one scale per {BLOCK} values), got {scales.shape}")
+    _check_global(g, weight.shape[:-1], where)
+
+
+class NVFP4Tensor:
+    """An NVFP4 weight in Model Optimizer's layout: the stored ``weight``, ``weight_scale`` and ``weight_scale_2``;
+    ``codes, block_scales, global_scale = tensor`` unpacks it (`from_modelopt`) and `dequantize` decodes it.
+    Read from a file, the arrays are memory maps and nothing is cached."""
+
+    def __init__(self, weight, weight_scale, weight_scale_2):
+        weight, weight_scale, g = (np.asarray(a) for a in (weight, weight_scale, weight_scale_2))
+        if weight_scale.dtype == np.uint8:
+            weight_scale = weight_scale.view(SCALES)
+        _check_packed(weight, weight_scale, g, "NVFP4Tensor")
+        self.weight, self.weight_scale, self.weight_scale_2 = weight, weight_scale, g
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.weight.shape[:-1]) + (2 * self.weight.shape[-1],)
+
+    def __iter__(self):
+        return iter(from_modelopt(self.weight, self.weight_scale, self.weight_scale_2))
+
+    def dequantize(self, dtype=ml_dtypes.bfloat16) -> np.ndarray:
+        """The values, code * float32(block scale) * tensor scale in float32 (`qlinear.mx.dequantize`), then in
+        ``dtype`` (bfloat16, the type Model Optimizer's checkpoints decode to, by default)."""
+        codes, scales, g = from_modelopt(self.weight, self.weight_scale, self.weight_scale_2)
+        if g.ndim == 0:
+            return mx.dequantize(codes, scales, global_scale=g).astype(dtype)
+        out = np.empty(codes.shape, dtype)
+        for index in np.ndindex(g.shape):  # one tensor scale per expert
+            out[index] = mx.dequantize(codes[index], scales[index], global_scale=g[index]).astype(dtype)
+        return out
+
+    def __repr__(self) -> str:
+        return f"NVFP4Tensor(shape={self.shape}, block_scales={tuple(self.weight_scale.shape)})"
+
+
+def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
+    """The NVFP4 weights among a file's tensors: ``{MODULE.weight: (weight, weight_scale, weight_scale_2
+    names)}`` for each module with a U8 ``.weight``, an F8_E4M3 ``.weight_scale`` and an F32 ``.weight_scale_2``;
+    shapes that do not fit the layout are a ValueError naming the module."""
+    by_name = {entry.name: entry for entry in entries}
+    triples = {}
+    for name, entry in by_name.items():
+        if not name.endswith(".weight_scale_2"):
+            continue
+        module = name[: -len(".weight_scale_2")]
+        weight, scale = by_name.get(module + ".weight"), by_name.get(module + ".weight_scale")
+        if weight is None or scale is None:
+            continue
+        codes = (_code(weight), _code(scale), _code(entry))
+        if codes != ("U8", "F8_E4M3", "F32"):
+            raise ValueError(f"NVFP4 weight {module + '.weight'!r}: weight, weight_scale and weight_scale_2 must "
+                             f"be U8, F8_E4M3 and F32, got {', '.join(map(str, codes))}")
+        shape, scale_shape = tuple(weight.shape), tuple(scale.shape)
+        if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
+            raise ValueError(f"NVFP4 weight {module + '.weight'!r}: weight must have shape S + (K/2,) and "
+                             f"weight_scale S + (K/16,), got {list(shape)} and {list(scale_shape)}")
+        triples[module + ".weight"] = (weight.name, scale.name, name)
+    return triples
+
+
+def read_nvfp4_checkpoint(path) -> Checkpoint:
+    """Read a safetensors checkpoint in Model Optimizer's NVFP4 layout: ``{NAME: NVFP4Tensor | np.ndarray}``.
+
+    Each quantized ``MODULE.weight`` becomes one `NVFP4Tensor` under its own name (its ``weight_scale`` and
+    ``weight_scale_2`` are folded in); every other tensor (``input_scale`` included) is a read-only
+    memory-mapped array. Tensors keep the file's order; ``.metadata`` holds the file's metadata. A file that
+    is not safetensors, or a tensor of a type NumPy cannot hold, raises ValueError."""
+    path = Path(path)
+    try:
+        reader = SafetensorsReader(path)
+    except UserError as error:
+        raise ValueError(str(error)) from None
+    try:
+        triples = nvfp4_triples(reader.entries)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    entries = {entry.name: entry for entry in reader.entries}
+    folded = {name: weight for weight, names in triples.items() for name in names}
+    result = Checkpoint(metadata=reader.metadata)
+    for entry in reader.entries:
+        weight = folded.get(entry.name)
+        if weight is not None:
+            if weight not in result:
+                result[weight] = NVFP4Tensor(*(reader.array(entries[n]) for n in triples[weight]))
+            continue
+        if entry.dtype is None:
+            raise ValueError(f"{path}: tensor {entry.name!r} has safetensors type {entry.code}, which NumPy "
+                             f"cannot hold")
+        result[entry.name] = reader.array(entry)
+    return result
+
+
+__all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_triples", "read_nvfp4_checkpoint"]

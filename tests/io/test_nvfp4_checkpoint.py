@@ -1,0 +1,147 @@
+"""NVFP4 checkpoints in TensorRT Model Optimizer's layout (qlinear.io.formats.nvfp4_checkpoint).
+
+The checkpoints here are made the way Model Optimizer's export makes them: ``NVFP4QTensor.quantize`` (run on
+the CPU) gives the packed weight, the E4M3 block scales and the tensor scale, saved with the ``safetensors``
+package from torch tensors under its export's names (``MODULE.weight``, ``.weight_scale``, ``.weight_scale_2``,
+``.input_scale``). qlinear reads them back to the same codes, decodes them to Model Optimizer's own
+``NVFP4QTensor.dequantize`` values, and re-quantizing the float weights with ``scale_rule="modelopt"`` and the
+file's tensor scale gives the file's bytes: the check a user runs on a published checkpoint."""
+
+from __future__ import annotations
+
+import doctest
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import qlinear.mx as mx
+from qlinear.io.formats import nvfp4_checkpoint
+from qlinear.io.formats.nvfp4_checkpoint import NVFP4Tensor, from_modelopt, read_nvfp4_checkpoint, to_modelopt
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    nvfp4_tensor = pytest.importorskip("modelopt.torch.quantization.qtensor.nvfp4_tensor")
+
+F32 = np.float32
+
+
+def test_module_examples():
+    assert doctest.testmod(nvfp4_checkpoint, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE).failed == 0
+
+
+def codes_of(tensor) -> np.ndarray:
+    return next(iter(tensor)).view(np.uint8)
+
+
+def _export(weight: torch.Tensor, per_expert: bool = False):
+    """(packed weight, weight_scale, weight_scale_2) as Model Optimizer's export computes and stores them."""
+    g = None
+    if per_expert:  # one tensor scale per expert, as the export passes it for MoE weights
+        g = weight.float().abs().amax(dim=(-2, -1)) / (6.0 * 448.0)
+    q, scale, g = nvfp4_tensor.NVFP4QTensor.quantize(weight, 16, weights_scaling_factor_2=None if g is None
+                                                     else g.view(-1, 1, 1))
+    return q._quantized_data, scale, g.reshape(-1) if per_expert else g.squeeze()
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    rng = np.random.default_rng(1)
+    dense = torch.from_numpy(rng.standard_normal((96, 256)).astype(F32)).to(torch.bfloat16)
+    experts = torch.from_numpy((rng.standard_normal((3, 32, 64)) * [[[1.0]], [[20.0]], [[0.01]]]).astype(F32))
+    experts = experts.to(torch.bfloat16)
+    tensors = {"model.embed.weight": torch.ones(4, 8, dtype=torch.bfloat16)}
+    for module, weight, per_expert in (("model.layers.0.mlp.down_proj", dense, False),
+                                       ("model.layers.0.mlp.experts", experts, True)):
+        packed, scale, g = _export(weight, per_expert)
+        tensors[module + ".weight"] = packed
+        tensors[module + ".weight_scale"] = scale
+        tensors[module + ".weight_scale_2"] = g.float().contiguous()
+        tensors[module + ".input_scale"] = torch.tensor(0.01)
+    path = tmp_path / "model.safetensors"
+    safetensors_torch.save_file(tensors, str(path), metadata={"format": "pt"})
+    return path, {"dense": dense, "experts": experts}, tensors
+
+
+def test_read_gives_model_optimizers_codes_and_values(checkpoint):
+    path, weights, stored = checkpoint
+    ckpt = read_nvfp4_checkpoint(path)
+    assert sorted(ckpt) == ["model.embed.weight", "model.layers.0.mlp.down_proj.input_scale",
+                            "model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.experts.input_scale",
+                            "model.layers.0.mlp.experts.weight"]
+    assert ckpt.metadata == {"format": "pt"}
+    for module, weight, per_expert in (("model.layers.0.mlp.down_proj", weights["dense"], False),
+                                       ("model.layers.0.mlp.experts", weights["experts"], True)):
+        tensor = ckpt[module + ".weight"]
+        assert isinstance(tensor, NVFP4Tensor) and tensor.shape == tuple(weight.shape)
+        # the values: Model Optimizer's own dequantization, in bfloat16, bit for bit but for the sign of zero
+        # (its decoding table maps code 8, E2M1's -0, to +0; qlinear and ONNX's DequantizeLinear keep -0)
+        scale, g = stored[module + ".weight_scale"], stored[module + ".weight_scale_2"]
+        qtensor = nvfp4_tensor.NVFP4QTensor(weight.shape, torch.bfloat16, stored[module + ".weight"])
+        theirs = qtensor.dequantize(dtype=torch.bfloat16, scale=scale, double_scale=g.view(-1, 1, 1) if per_expert
+                                    else g, block_sizes={-1: 16})
+        ours = tensor.dequantize()
+        assert ours.dtype == np.dtype(ml_dtypes.bfloat16)
+        theirs = theirs.view(torch.int16).numpy().view(np.uint16)
+        zero = (ours == 0) & (ours.view(np.uint16) != theirs)
+        assert np.all(codes_of(tensor)[zero] == 8) and np.all(theirs[zero] == 0)
+        np.testing.assert_array_equal(np.where(zero, np.uint16(0), ours.view(np.uint16)), theirs)
+        # the codes: re-quantizing the float weights by Model Optimizer's rule with the file's tensor scale
+        codes, block_scales, g_file = tensor
+        w = weight.float().numpy()
+        if per_expert:
+            for e in range(w.shape[0]):
+                again = mx.quantize(w[e], "nvfp4", scale_rule="modelopt", global_scale=g_file[e])
+                np.testing.assert_array_equal(again[0].view(np.uint8), codes[e].view(np.uint8))
+                np.testing.assert_array_equal(again[1].view(np.uint8), block_scales[e].view(np.uint8))
+        else:
+            again = mx.quantize(w, "nvfp4", scale_rule="modelopt", global_scale=g_file)
+            np.testing.assert_array_equal(again[0].view(np.uint8), codes.view(np.uint8))
+            np.testing.assert_array_equal(again[1].view(np.uint8), block_scales.view(np.uint8))
+            assert g_file == again[2]  # the tensor scale is the weight's own: amax / 2688
+    np.testing.assert_array_equal(ckpt["model.layers.0.mlp.experts.input_scale"], F32(0.01))
+
+
+def test_pack_round_trip_and_model_optimizers_packing():
+    w = np.random.default_rng(2).standard_normal((8, 48)).astype(F32)
+    codes, scales, g = mx.quantize(w, "nvfp4", scale_rule="modelopt")
+    weight, weight_scale, weight_scale_2 = to_modelopt(codes, scales, g)
+    packed, their_scale, their_g = _export(torch.from_numpy(w.copy()))
+    np.testing.assert_array_equal(weight, packed.numpy())
+    np.testing.assert_array_equal(weight_scale.view(np.uint8), their_scale.view(torch.uint8).numpy())
+    assert weight_scale_2 == F32(their_g.item())
+    back = from_modelopt(weight, weight_scale, weight_scale_2)
+    for a, b in zip(back, (codes, scales, g)):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8) if np.asarray(a).itemsize == 1 else a,
+                                      np.asarray(b).view(np.uint8) if np.asarray(b).itemsize == 1 else b)
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: to_modelopt(np.zeros((2, 20), ml_dtypes.float4_e2m1fn), np.zeros((2, 2), ml_dtypes.float8_e4m3fn),
+                         F32(1)), ValueError, "whole number of 16-element blocks"),
+    (lambda: to_modelopt(np.zeros((2, 16), np.uint8), np.zeros((2, 1), ml_dtypes.float8_e4m3fn), F32(1)),
+     TypeError, "codes must be float4_e2m1fn"),
+    (lambda: from_modelopt(np.zeros((2, 8), np.uint8), np.zeros((2, 2), ml_dtypes.float8_e4m3fn), F32(1)),
+     ValueError, "weight_scale must have shape"),
+    (lambda: from_modelopt(np.zeros((2, 8), np.uint8), np.zeros((2, 1), ml_dtypes.float8_e4m3fn),
+                           np.ones(3, F32)), ValueError, "weight_scale_2 must be one value or one per"),
+    (lambda: NVFP4Tensor(np.zeros((2, 8), np.int8), np.zeros((2, 1), ml_dtypes.float8_e4m3fn), F32(1)),
+     TypeError, "weight must be uint8"),
+    (lambda: NVFP4Tensor(np.zeros((2, 8), np.uint8), np.zeros((2, 1), ml_dtypes.float8_e4m3fn), np.float64(1)),
+     TypeError, "weight_scale_2 must be float32"),
+])
+def test_errors_name_the_argument_and_the_rule(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_a_mistyped_triple_is_a_named_error(tmp_path):
+    path = tmp_path / "bad.safetensors"
+    safetensors_torch.save_file({"m.weight": torch.zeros(2, 8, dtype=torch.uint8),
+                                 "m.weight_scale": torch.zeros(2, 1, dtype=torch.bfloat16),
+                                 "m.weight_scale_2": torch.tensor(1.0)}, str(path))
+    with pytest.raises(ValueError, match="'m.weight': weight, weight_scale and weight_scale_2 must be U8, F8_E4M3"):
+        read_nvfp4_checkpoint(path)
