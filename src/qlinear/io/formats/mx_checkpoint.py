@@ -244,25 +244,40 @@ def read_mxfp4_checkpoint(path) -> Checkpoint:
     array under its own name. Tensors keep the file's order, and ``.metadata`` holds the file's metadata,
     so ``write_mxfp4_checkpoint(out, read_mxfp4_checkpoint(path))`` writes the same tensors byte for byte.
     A file that is not safetensors, or a tensor of a type NumPy cannot hold, raises ValueError."""
+
+    def pairs(entries):
+        return {base: (blocks, scales) for base, (blocks, scales, _) in mxfp4_pairs(entries).items()}
+
+    def tensor(base, names, arrays):
+        return MXFP4Tensor(*arrays, separator=names[0][len(base)])  # the character after NAME: "." or "_"
+
+    return read_grouped(path, pairs, tensor)
+
+
+def read_grouped(path, groups_of, build) -> Checkpoint:
+    """A safetensors file whose tensors come partly in groups that make one tensor (an MXFP4 pair, an NVFP4
+    triple): ``groups_of(entries)`` -> ``{NAME: member names}`` (a ValueError names the bad group), and
+    ``build(NAME, member names, member arrays)`` makes the tensor, put where the group's first member was;
+    every other tensor is a read-only memory-mapped array. A file that is not safetensors, or a tensor of a
+    type NumPy cannot hold, raises ValueError."""
     path = Path(path)
     try:
         reader = SafetensorsReader(path)
     except UserError as error:
         raise ValueError(str(error)) from None
     try:
-        pairs = mxfp4_pairs(reader.entries)
+        groups = groups_of(reader.entries)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     entries = {entry.name: entry for entry in reader.entries}
-    paired = {name: base for base, (blocks, scales, _) in pairs.items() for name in (blocks, scales)}
+    member_of = {name: key for key, names in groups.items() for name in names}
     result = Checkpoint(metadata=reader.metadata)
     for entry in reader.entries:
-        base = paired.get(entry.name)
-        if base is not None:
-            if base in result:
-                continue
-            blocks, scales, separator = pairs[base]
-            result[base] = MXFP4Tensor(reader.array(entries[blocks]), reader.array(entries[scales]), separator)
+        key = member_of.get(entry.name)
+        if key is not None:
+            if key not in result:
+                names = groups[key]
+                result[key] = build(key, names, [reader.array(entries[name]) for name in names])
             continue
         if entry.dtype is None:
             raise ValueError(f"{path}: tensor {entry.name!r} has safetensors type {entry.code}, which NumPy "

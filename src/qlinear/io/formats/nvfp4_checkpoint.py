@@ -20,15 +20,11 @@ The safetensors bytes are read by `tensor_files` (memory-mapped; no `safetensors
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 
 from ... import mx
-from ..errors import UserError
-from .mx_checkpoint import Checkpoint, _code
-from .tensor_files import SafetensorsReader
+from .mx_checkpoint import Checkpoint, _code, read_grouped
 
 BLOCK = 16  # values per NVFP4 block
 CODES = np.dtype(ml_dtypes.float4_e2m1fn)
@@ -180,29 +176,7 @@ def read_nvfp4_checkpoint(path) -> Checkpoint:
     ``weight_scale_2`` are folded in); every other tensor (``input_scale`` included) is a read-only
     memory-mapped array. Tensors keep the file's order; ``.metadata`` holds the file's metadata. A file that
     is not safetensors, or a tensor of a type NumPy cannot hold, raises ValueError."""
-    path = Path(path)
-    try:
-        reader = SafetensorsReader(path)
-    except UserError as error:
-        raise ValueError(str(error)) from None
-    try:
-        triples = nvfp4_triples(reader.entries)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    entries = {entry.name: entry for entry in reader.entries}
-    folded = {name: weight for weight, names in triples.items() for name in names}
-    result = Checkpoint(metadata=reader.metadata)
-    for entry in reader.entries:
-        weight = folded.get(entry.name)
-        if weight is not None:
-            if weight not in result:
-                result[weight] = NVFP4Tensor(*(reader.array(entries[n]) for n in triples[weight]))
-            continue
-        if entry.dtype is None:
-            raise ValueError(f"{path}: tensor {entry.name!r} has safetensors type {entry.code}, which NumPy "
-                             f"cannot hold")
-        result[entry.name] = reader.array(entry)
-    return result
+    return read_grouped(path, nvfp4_triples, lambda weight, names, arrays: NVFP4Tensor(*arrays))
 
 
 __all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_triples", "read_nvfp4_checkpoint"]
