@@ -217,8 +217,10 @@ examples:
   qlinear dequantize big.int8.zarr -o big-restored.zarr
   qlinear dequantize model-int4.safetensors -o model-restored.safetensors
 
-INPUT must be a file written by `qlinear quantize`; the float tensors come back under their original
-names and types, and the tensors that were copied through are copied back unchanged.
+INPUT is a file written by `qlinear quantize` (the float tensors come back under their original names
+and types, and the tensors that were copied through are copied back unchanged), or a safetensors
+checkpoint in gpt-oss's MXFP4 layout (NAME.blocks, NAME.scales) or TensorRT Model Optimizer's NVFP4 layout
+(MODULE.weight, .weight_scale, .weight_scale_2): each quantized tensor comes back in bfloat16.
 """
 
 
@@ -228,7 +230,8 @@ def _add_dequantize(commands) -> None:
         description="The inverse of `qlinear quantize` for tensor files (.npz, .safetensors) and .zarr stores.",
         epilog=DEQUANTIZE_EPILOG, formatter_class=_FORMATTER,
     )
-    p.add_argument("input", metavar="INPUT", help="a .npz or .safetensors file or .zarr store written by qlinear quantize")
+    p.add_argument("input", metavar="INPUT", help="a .npz or .safetensors file or .zarr store written by qlinear "
+                   "quantize, or an MXFP4 (gpt-oss) or NVFP4 (Model Optimizer) safetensors checkpoint")
     p.add_argument("-o", "--output", metavar="OUTPUT", required=True,
                    help="where to write (.npz, .safetensors, or .npy for a single tensor; .zarr for a .zarr input)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")

@@ -145,3 +145,27 @@ def test_a_mistyped_triple_is_a_named_error(tmp_path):
                                  "m.weight_scale_2": torch.tensor(1.0)}, str(path))
     with pytest.raises(ValueError, match="'m.weight': weight, weight_scale and weight_scale_2 must be U8, F8_E4M3"):
         read_nvfp4_checkpoint(path)
+
+
+def test_command_dequantize_model_optimizer_checkpoint(tmp_path, capsys, checkpoint):
+    """qlinear dequantize: each NVFP4 weight becomes MODULE.weight in bfloat16 (NVFP4Tensor.dequantize), its
+    scales go, every other tensor (input_scale included) is copied byte for byte."""
+    from qlinear.cli import main
+
+    path, _, stored = checkpoint
+    output = tmp_path / "bf16.safetensors"
+    assert main(["dequantize", str(path), "-o", str(output)]) == 0, capsys.readouterr().err
+    back = safetensors_numpy.load_file(str(output))
+    ckpt = read_nvfp4_checkpoint(path)
+    weights = [name for name, t in ckpt.items() if isinstance(t, NVFP4Tensor)]
+    assert sorted(weights) == ["model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.experts.weight"]
+    assert set(back) == set(ckpt)
+    for name in weights:
+        assert back[name].dtype == np.dtype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(back[name].view(np.uint16), ckpt[name].dequantize().view(np.uint16))
+    for name in set(ckpt) - set(weights):
+        np.testing.assert_array_equal(np.asarray(back[name]).reshape(-1).view(np.uint8),
+                                      np.asarray(ckpt[name]).reshape(-1).view(np.uint8))
+
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -1,5 +1,6 @@
 """`qlinear quantize --dtype mxfp4` and `qlinear dequantize` for safetensors checkpoints in gpt-oss's MXFP4
-layout (`formats.mx_checkpoint` holds the layout; `pipeline` hands these files over)."""
+layout (`formats.mx_checkpoint` holds the layout; `pipeline` hands these files over), and `qlinear dequantize`
+for NVFP4 checkpoints in TensorRT Model Optimizer's layout (`formats.nvfp4_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .atomic import atomic_output
 from .errors import UserError
 from .formats import tensor_files
 from .formats.mx_checkpoint import BLOCK, BLOCK_BYTES, MXFP4Tensor, mxfp4_pairs, row_slices, to_gpt_oss
+from .formats.nvfp4_checkpoint import NVFP4Tensor, nvfp4_triples
 from .formats.tensor_files import SafetensorsReader, SafetensorsWriter
 from .plan import Choice, Quantized, Stats
 from .quantization import quantize_mx
@@ -118,68 +120,95 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
     return report.summary("quantize", source, output, rows, qtype=fmt.name)
 
 
-def dequantizes(reader) -> bool:
-    """Whether `qlinear dequantize` reads ``reader``'s file as an MXFP4 checkpoint: a safetensors file with
-    ``NAME.blocks``/``NAME.scales`` pairs and no metadata of qlinear's own Q/DQ format."""
-    if not isinstance(reader, SafetensorsReader) or "qlinear" in reader.metadata:
-        return False
+class _Group:
+    """One quantized tensor of a checkpoint: gpt-oss's MXFP4 pair or Model Optimizer's NVFP4 triple."""
+
+    def __init__(self, name: str, members: tuple[str, ...], label: str, separator: str = "."):
+        self.name, self.members, self.label, self.separator = name, members, label, separator
+
+    def tensor(self, arrays, rows=slice(None)):
+        """The group's tensor (`MXFP4Tensor` or `NVFP4Tensor`) on the rows ``rows`` of its first axis."""
+        if self.label == "mxfp4":
+            blocks, scale_bytes = arrays
+            return MXFP4Tensor(blocks[rows], scale_bytes[rows], self.separator)
+        weight, weight_scale, g = arrays  # an NVFP4 tensor scale per expert follows the rows
+        return NVFP4Tensor(weight[rows], weight_scale[rows], g[rows] if np.ndim(g) and np.size(g) > 1 else g)
+
+
+def _groups(reader) -> dict[str, _Group]:
+    """The quantized tensors of ``reader``'s file by the name their values get: gpt-oss's MXFP4 pairs
+    (``NAME.blocks``/``NAME.scales`` -> NAME) and Model Optimizer's NVFP4 triples (``MODULE.weight``,
+    ``.weight_scale``, ``.weight_scale_2`` -> ``MODULE.weight``); a malformed group is a one-line error."""
     try:
-        return bool(mxfp4_pairs(reader.entries))
+        pairs = mxfp4_pairs(reader.entries)
+        triples = nvfp4_triples(reader.entries)
     except ValueError as error:
         raise UserError(f"{reader.path}: {error}") from None
+    groups = {base: _Group(base, (blocks, scales), "mxfp4", separator)
+              for base, (blocks, scales, separator) in pairs.items()}
+    groups.update({weight: _Group(weight, names, "nvfp4") for weight, names in triples.items()})
+    return groups
+
+
+def dequantizes(reader) -> bool:
+    """Whether `qlinear dequantize` reads ``reader``'s file as a microscaling checkpoint: a safetensors file
+    with gpt-oss's MXFP4 pairs or Model Optimizer's NVFP4 triples and no metadata of qlinear's own Q/DQ format."""
+    if not isinstance(reader, SafetensorsReader) or "qlinear" in reader.metadata:
+        return False
+    return bool(_groups(reader))
 
 
 def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
-    """`qlinear dequantize` of an MXFP4 checkpoint in gpt-oss's layout: each pair becomes NAME (the dtype
-    it was quantized from, when qlinear wrote it; else bfloat16, as gpt-oss decodes), the rest is copied."""
-    pairs = mxfp4_pairs(reader.entries)
+    """`qlinear dequantize` of an MXFP4 checkpoint in gpt-oss's layout or an NVFP4 one in Model Optimizer's:
+    each quantized tensor becomes its values under its name (the dtype it was quantized from, when qlinear
+    wrote it; else bfloat16, as gpt-oss and Model Optimizer's checkpoints decode), the rest is copied."""
+    groups = _groups(reader)
     recorded = _recorded(source, reader.metadata)
     entries = {entry.name: entry for entry in reader.entries}
     firsts = {}
-    for base, (blocks_name, scales_name, _) in pairs.items():
-        if base in entries:
-            raise UserError(f"{source}: MXFP4 tensor {base!r}: the file already has a tensor of that name, where "
-                            f"its dequantized values would go")
-        first = min(blocks_name, scales_name, key=lambda n: reader.entries.index(entries[n]))
-        firsts[first] = base
-    paired = {name for blocks_name, scales_name, _ in pairs.values() for name in (blocks_name, scales_name)}
+    for group in groups.values():
+        if group.name in entries and group.name not in group.members:
+            raise UserError(f"{source}: {group.label.upper()} tensor {group.name!r}: the file already has a tensor "
+                            f"of that name, where its dequantized values would go")
+        first = min(group.members, key=lambda n: reader.entries.index(entries[n]))
+        firsts[first] = group
+    members = {name for group in groups.values() for name in group.members}
     plan, order = [], []
     for entry in reader.entries:
         if entry.name in firsts:
-            base = firsts[entry.name]
-            blocks = entries[pairs[base][0]]
-            shape = tuple(blocks.shape[:-2]) + (blocks.shape[-2] * BLOCK,)
-            dtype = recorded.get(base, DEFAULT_OUTPUT_DTYPE)
-            plan.append(tensor_files.Planned(base, dtype, shape, math.prod(shape) * dtype.itemsize))
-            order.append(base)
-        elif entry.name not in paired:
+            group = firsts[entry.name]
+            shape = group.tensor([reader.array(entries[n]) for n in group.members]).shape
+            dtype = recorded.get(group.name, DEFAULT_OUTPUT_DTYPE)
+            plan.append(tensor_files.Planned(group.name, dtype, shape, math.prod(shape) * dtype.itemsize))
+            order.append(group)
+        elif entry.name not in members:
             plan.append(tensor_files.Planned(entry.name, entry.dtype, entry.shape, entry.nbytes, entry.code))
             order.append(entry)
     if out_kind == "npy" and len(plan) != 1:
         raise UserError(f"{output}: a .npy file holds one array and {source} has {len(plan)} tensors; write a .npz")
     metadata = {k: v for k, v in reader.metadata.items() if k != METADATA_KEY}
     rows = []
-    total = sum(p.nbytes for p in plan if p.name in pairs)
+    total = sum(p.nbytes for p in plan if p.name in groups)
     with report.progress(total, f"dequantizing {source.name}") as advance, atomic_output(output) as f:
         writer = tensor_files.WRITERS[out_kind](f, plan, metadata)
         for item in order:
-            if not isinstance(item, str):
+            if not isinstance(item, _Group):
                 tensor_files.copy_raw(reader, item, writer)
                 rows.append(report.restored_row(item.name, item.shape, item.type_name, item.type_name,
                                                 item.nbytes, item.nbytes) | {"note": "copied"})
                 continue
-            blocks_entry, scales_entry = entries[pairs[item][0]], entries[pairs[item][1]]
-            tensor = MXFP4Tensor(reader.array(blocks_entry), reader.array(scales_entry))
-            dtype = recorded.get(item, DEFAULT_OUTPUT_DTYPE)
-            writer.begin(item)
-            for rows_slice in row_slices(tensor.blocks.shape, tensor.blocks.nbytes * 2 * dtype.itemsize):
-                band = MXFP4Tensor(tensor.blocks[rows_slice], tensor.scale_bytes[rows_slice]).dequantize(dtype)
+            arrays = [reader.array(entries[n]) for n in item.members]
+            shape = item.tensor(arrays).shape
+            dtype = recorded.get(item.name, DEFAULT_OUTPUT_DTYPE)
+            writer.begin(item.name)
+            for rows_slice in row_slices(arrays[0].shape, arrays[0].nbytes * 2 * dtype.itemsize):
+                band = item.tensor(arrays, rows_slice).dequantize(dtype)
                 writer.write(band)
                 advance(band.nbytes)
             writer.end()
-            rows.append(report.restored_row(item, tensor.shape, "mxfp4", dtype.name,
-                                            blocks_entry.nbytes + scales_entry.nbytes,
-                                            math.prod(tensor.shape) * dtype.itemsize))
+            stored = sum(entries[n].nbytes for n in item.members)
+            rows.append(report.restored_row(item.name, shape, item.label, dtype.name, stored,
+                                            math.prod(shape) * dtype.itemsize))
         writer.close()
     reader.close()
     return report.summary("dequantize", source, output, rows)

@@ -136,7 +136,7 @@ def _quantize_into(source, reader, writer, choice: Choice, qtype, settings: Sett
 
 def dequantize_file(source: Path, output: Path, out_kind: str) -> dict:
     reader = tensor_files.open_tensor_file(source)
-    if mx_files.dequantizes(reader):  # NAME.blocks / NAME.scales pairs: gpt-oss's MXFP4 layout
+    if mx_files.dequantizes(reader):  # gpt-oss MXFP4 pairs, Model Optimizer NVFP4 triples
         return mx_files.dequantize_file(source, reader, output, out_kind)
     quantized = tensor_files.read_metadata(source, reader.metadata).get("tensors")
     if not isinstance(quantized, dict):
