@@ -131,7 +131,7 @@ def _add_quantize(commands) -> None:
     p.add_argument("--dtype", required=True, metavar="TYPE",
                    help="the quantized type: int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8e4m3fn, "
                    "float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, float6e2m3, float6e3m2; or a microscaling "
-                   "format (ONNX models; mxfp4 also .safetensors): mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4; or a "
+                   "format (ONNX models; mxfp4 and nvfp4 also .safetensors): mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4; or a "
                    "comma-separated list of these (int4,mxfp4,nvfp4), which reports them side by side and writes "
                    "nothing")
     # qlinear.mx.SCALE_RULES and NVFP4_RULES, written out: --help imports no numpy

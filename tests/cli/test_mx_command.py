@@ -285,9 +285,10 @@ def test_options_an_mx_format_does_not_take_are_one_line_errors(tmp_path, args, 
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("suffix, dtype", [(".npz", "mxfp4"), (".npy", "mxint8"), (".safetensors", "nvfp4")])
+@pytest.mark.parametrize("suffix, dtype", [(".npz", "mxfp4"), (".npy", "mxint8"), (".safetensors", "mxfp8_e4m3")])
 def test_an_mx_format_without_a_file_layout_is_a_one_line_error(tmp_path, suffix, dtype, float_weights):
-    """Tensor files have no MX layout but safetensors' MXFP4 (gpt-oss's, tests/io/test_mx_checkpoint.py)."""
+    """Tensor files have no MX layout but safetensors' MXFP4 (gpt-oss's, tests/io/test_mx_checkpoint.py) and
+    NVFP4 (Model Optimizer's, tests/io/test_nvfp4_checkpoint.py)."""
     source = tmp_path / f"weights{suffix}"
     if suffix == ".npz":
         np.savez(source, w=float_weights["fc2.weight"])

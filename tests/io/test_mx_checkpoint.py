@@ -477,13 +477,13 @@ def test_command_refusals(tmp_path, capsys):
     rng = np.random.default_rng(9)
     source = _save(tmp_path, {"w": rng.standard_normal((8, 64)).astype(np.float32)})
     err = _qlinear_fails(capsys, "quantize", source, "--dtype", "mxfp8_e4m3", "-o", tmp_path / "o.safetensors")
-    assert "and MXFP4 into .safetensors checkpoints, in gpt-oss's layout" in err
+    assert "and MXFP4 and NVFP4 into .safetensors checkpoints, in gpt-oss's and Model Optimizer's layouts" in err
     np.savez(tmp_path / "w.npz", w=rng.standard_normal((8, 64)).astype(np.float32))
     err = _qlinear_fails(capsys, "quantize", tmp_path / "w.npz", "--dtype", "mxfp4", "-o", tmp_path / "o.npz")
     assert "the MX formats are written into ONNX models only" in err
     err = _qlinear_fails(capsys, "quantize", source, "--dtype", "mxfp4", "--axis", "0",
                          "-o", tmp_path / "o.safetensors")
-    assert "gpt-oss's layout blocks the last axis (1), not axis 0" in err
+    assert "gpt-oss's (NAME.blocks, NAME.scales) layout blocks the last axis (1), not axis 0" in err
     clash = _save(tmp_path, {"w": rng.standard_normal((8, 64)).astype(np.float32), "w.blocks": np.zeros(3, np.uint8)},
                   "clash.safetensors")
     err = _qlinear_fails(capsys, "quantize", clash, "--dtype", "mxfp4", "-o", tmp_path / "o.safetensors")

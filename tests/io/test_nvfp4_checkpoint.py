@@ -33,6 +33,19 @@ def test_module_examples():
     assert doctest.testmod(nvfp4_checkpoint, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE).failed == 0
 
 
+def load(path) -> dict[str, np.ndarray]:
+    """A safetensors file as torch (what the runtimes that load these checkpoints use) reads it, in NumPy."""
+    out = {}
+    for name, t in safetensors_torch.load_file(str(path)).items():
+        if t.dtype == torch.float8_e4m3fn:
+            out[name] = t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+        elif t.dtype == torch.bfloat16:
+            out[name] = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        else:
+            out[name] = t.numpy()
+    return out
+
+
 def codes_of(tensor) -> np.ndarray:
     return next(iter(tensor)).view(np.uint8)
 
@@ -143,7 +156,7 @@ def test_a_mistyped_triple_is_a_named_error(tmp_path):
     safetensors_torch.save_file({"m.weight": torch.zeros(2, 8, dtype=torch.uint8),
                                  "m.weight_scale": torch.zeros(2, 1, dtype=torch.bfloat16),
                                  "m.weight_scale_2": torch.tensor(1.0)}, str(path))
-    with pytest.raises(ValueError, match="'m.weight': weight, weight_scale and weight_scale_2 must be U8, F8_E4M3"):
+    with pytest.raises(ValueError, match="'m.weight': it, its _scale and its _scale_2 must be U8, F8_E4M3"):
         read_nvfp4_checkpoint(path)
 
 
@@ -169,3 +182,60 @@ def test_command_dequantize_model_optimizer_checkpoint(tmp_path, capsys, checkpo
 
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+
+@pytest.mark.parametrize("rule", [None, "modelopt"])
+def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule, monkeypatch):
+    """qlinear quantize CKPT.safetensors --dtype nvfp4: each selected weight becomes MODULE.weight (packed),
+    .weight_scale and .weight_scale_2, one tensor scale per tensor (taken over the whole tensor even when it
+    is quantized a band of rows at a time); with --scale-rule modelopt they are Model Optimizer's own bytes.
+    qlinear dequantize brings back the dtypes the weights had."""
+    import json
+
+    from qlinear.cli import main
+    from qlinear.io.formats import mx_checkpoint
+
+    monkeypatch.setattr(mx_checkpoint, "_CHUNK_BYTES", 4096)  # bands of a few rows: the tensor scale is global
+    rng = np.random.default_rng(12)
+    weights = {"model.proj.weight": rng.standard_normal((96, 256)).astype(ml_dtypes.bfloat16),
+               "model.fc.weight": rng.standard_normal((64, 32)).astype(np.float32) * np.float32(3),
+               "model.fc.bias": rng.standard_normal(64).astype(np.float32),
+               "model.odd.weight": rng.standard_normal((4, 40)).astype(np.float32)}
+    source = tmp_path / "model.safetensors"
+    safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
+    output = tmp_path / "nvfp4.safetensors"
+    args = ["quantize", str(source), "--dtype", "nvfp4", "-o", str(output), "--json"]
+    assert main(args + (["--scale-rule", rule] if rule else [])) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    assert rows["model.proj.weight"]["to"] == "nvfp4" and not rows["model.odd.weight"]["quantized"]
+    assert "16-element blocks" in rows["model.odd.weight"]["note"]
+    back = load(output)
+    assert set(back) == {"model.proj.weight", "model.proj.weight_scale", "model.proj.weight_scale_2",
+                         "model.fc.weight", "model.fc.weight_scale", "model.fc.weight_scale_2", "model.fc.bias",
+                         "model.odd.weight"}
+    for name in ("model.proj.weight", "model.fc.weight"):
+        w = weights[name].astype(np.float32)
+        codes, scales, g = mx.quantize(w, "nvfp4", scale_rule=rule)
+        weight, weight_scale, weight_scale_2 = to_modelopt(codes, scales, g)
+        np.testing.assert_array_equal(back[name], weight)
+        np.testing.assert_array_equal(back[name + "_scale"].view(np.uint8), weight_scale.view(np.uint8))
+        assert back[name + "_scale_2"].shape == () and back[name + "_scale_2"] == weight_scale_2
+        if rule == "modelopt":  # Model Optimizer's quantizer on the same weight: the same bytes
+            packed, their_scale, their_g = _export(torch.from_numpy(w.copy()))
+            np.testing.assert_array_equal(back[name], packed.numpy())
+            np.testing.assert_array_equal(back[name + "_scale"].view(np.uint8), their_scale.view(torch.uint8).numpy())
+            assert back[name + "_scale_2"] == F32(their_g.item())
+        x = w.astype(np.float64)
+        noise = np.sum((x - mx.dequantize(codes, scales, global_scale=g).astype(np.float64)) ** 2)
+        assert rows[name]["sqnr_db"] == pytest.approx(10 * np.log10(np.sum(x * x) / noise))
+    for name in ("model.fc.bias", "model.odd.weight"):
+        np.testing.assert_array_equal(back[name], weights[name])
+
+    restored = tmp_path / "restored.safetensors"
+    assert main(["dequantize", str(output), "-o", str(restored)]) == 0
+    again = load(restored)
+    assert set(again) == set(weights)
+    for name in ("model.proj.weight", "model.fc.weight"):
+        assert again[name].dtype == weights[name].dtype  # recorded by quantize
+        expected = read_nvfp4_checkpoint(output)[name].dequantize(np.float32).astype(weights[name].dtype)
+        np.testing.assert_array_equal(again[name], expected)

@@ -210,10 +210,11 @@ def quantize_command(args) -> int:
     if "," in args.dtype:
         return _compare_command(args, source, kind)
     settings = parse_settings(args)
-    if settings.mx is not None and kind != "onnx" and (kind, settings.mx.name) != ("safetensors", "mxfp4"):
+    if settings.mx is not None and kind != "onnx" and not (kind == "safetensors"
+                                                           and settings.mx.name in ("mxfp4", "nvfp4")):
         raise UserError(f"--dtype {settings.mx.name}: the MX formats are written into ONNX models only (and MXFP4 "
-                        f"into .safetensors checkpoints, in gpt-oss's layout); --dtype int4,{settings.mx.name} "
-                        f"compares them on this file without writing")
+                        f"and NVFP4 into .safetensors checkpoints, in gpt-oss's and Model Optimizer's layouts); "
+                        f"--dtype int4,{settings.mx.name} compares them on this file without writing")
     if kind == "onnx" and settings.chunks is not None:
         raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
     if kind != "onnx" and (args.eval_data or args.recurrent or args.calibrate):

@@ -12,41 +12,74 @@ import ml_dtypes
 import numpy as np
 
 from ..granularity import Granularity
+from ..reference import mx as mx_reference
 from . import report, select
 from .atomic import atomic_output
 from .errors import UserError
 from .formats import tensor_files
 from .formats.mx_checkpoint import BLOCK, BLOCK_BYTES, MXFP4Tensor, mxfp4_pairs, row_slices, to_gpt_oss
-from .formats.nvfp4_checkpoint import NVFP4Tensor, nvfp4_triples
+from .formats.nvfp4_checkpoint import SCALES as NVFP4_SCALES
+from .formats.nvfp4_checkpoint import NVFP4Tensor, nvfp4_names, nvfp4_triples, to_modelopt
 from .formats.tensor_files import SafetensorsReader, SafetensorsWriter
 from .plan import Choice, Quantized, Stats
 from .quantization import quantize_mx
 
 METADATA_KEY = "qlinear_mx"  # the safetensors metadata entry: {"format", "scale_rule", "tensors": {NAME: {...}}}
-METADATA_FORMAT = "qlinear.mxfp4/1"
+METADATA_FORMATS = {"mxfp4": "qlinear.mxfp4/1", "nvfp4": "qlinear.nvfp4/1"}
 DEFAULT_OUTPUT_DTYPE = np.dtype(ml_dtypes.bfloat16)  # what gpt-oss decodes to, and what its other tensors are
 
 
+class _Writes:
+    """How `quantize_file` stores one quantized tensor in a format's checkpoint layout."""
+
+    def __init__(self, fmt, separator: str):
+        self.fmt, self.separator = fmt, separator
+        self.block = fmt.block_size
+        self.layout = "Model Optimizer's (NAME, NAME_scale, NAME_scale_2)" if fmt.name == "nvfp4" else \
+            "gpt-oss's (NAME.blocks, NAME.scales)"
+
+    def parts(self, name: str, shape: tuple) -> list[tuple[str, np.dtype, tuple]]:
+        """(name, dtype, shape) of each stored part, the codes' part first."""
+        scale_shape = tuple(shape[:-1]) + (shape[-1] // self.block,)
+        if self.fmt.name == "nvfp4":
+            names = nvfp4_names(name)
+            return [(names[0], np.dtype(np.uint8), tuple(shape[:-1]) + (shape[-1] // 2,)),
+                    (names[1], NVFP4_SCALES, scale_shape), (names[2], np.dtype(np.float32), ())]
+        return [(name + self.separator + "blocks", np.dtype(np.uint8), scale_shape + (BLOCK_BYTES,)),
+                (name + self.separator + "scales", np.dtype(np.uint8), scale_shape)]
+
+    def pack(self, result) -> tuple[np.ndarray, np.ndarray]:
+        """(codes' bytes, scales' bytes) of one band's `quantize_mx` result."""
+        if self.fmt.name == "nvfp4":
+            weight, weight_scale, _ = to_modelopt(result.codes, result.scales, result.global_scale)
+            return weight, weight_scale
+        return to_gpt_oss(result.codes, result.scales)
+
+
 def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
-    """`qlinear quantize` of a tensor file with ``--dtype mxfp4``: the selected float tensors become
-    ``NAME.blocks``/``NAME.scales`` (gpt-oss's layout, blocks along the last axis), the rest is copied; the
-    report row of each tensor compares it with what gpt-oss's decoder reads back."""
+    """`qlinear quantize` of a tensor file with ``--dtype mxfp4`` or ``nvfp4``: the selected float tensors become
+    ``NAME.blocks``/``NAME.scales`` (MXFP4, gpt-oss's layout) or ``NAME`` (packed codes), ``NAME_scale`` and
+    ``NAME_scale_2`` (NVFP4, TensorRT Model Optimizer's layout: ``MODULE.weight``, ``.weight_scale``,
+    ``.weight_scale_2``), blocks along the last axis; the rest is copied. The report row of each tensor
+    compares it with what the decoder reads back."""
     fmt = settings.mx
-    if fmt.name != "mxfp4":
+    if fmt.name not in ("mxfp4", "nvfp4"):
         raise UserError(f"{source}: --dtype {fmt.name}: a safetensors checkpoint holds MXFP4 in gpt-oss's layout "
-                        f"(NAME.blocks, NAME.scales) only; the other MX formats go into ONNX models")
+                        f"(NAME.blocks, NAME.scales) or NVFP4 in Model Optimizer's; the other MX formats go into "
+                        f"ONNX models")
     if kind != "safetensors":
-        raise UserError(f"{source}: --dtype mxfp4 writes safetensors checkpoints in gpt-oss's layout; a .{kind} "
-                        f"file cannot hold it (convert it to .safetensors first)")
+        raise UserError(f"{source}: --dtype {fmt.name} writes safetensors checkpoints; a .{kind} file cannot hold "
+                        f"it (convert it to .safetensors first)")
     reader = tensor_files.open_tensor_file(source)
     if "qlinear" in reader.metadata or METADATA_KEY in reader.metadata:
         raise UserError(f"{source}: was written by qlinear quantize; run qlinear dequantize on it first")
     try:
         pairs = mxfp4_pairs(reader.entries)
+        nvfp4_triples(reader.entries)  # a malformed triple is an error here too
     except ValueError as error:
         raise UserError(f"{source}: {error}") from None
     separators = {separator for _, _, separator in pairs.values()}
-    separator = separators.pop() if len(separators) == 1 else "."
+    writes = _Writes(fmt, separators.pop() if len(separators) == 1 else ".")
     rules = select.Rules(tensor_files.FLOAT_DTYPES)
     choices = []
     for found in reader.entries:
@@ -54,11 +87,11 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
         if choice.quantized:
             last = len(found.shape) - 1
             if choice.granularity.axis != last:
-                raise UserError(f"{source}: tensor {found.name!r}: gpt-oss's layout blocks the last axis ({last}), "
-                                f"not axis {choice.granularity.axis}; leave out --axis")
-            if found.shape[-1] % BLOCK:
+                raise UserError(f"{source}: tensor {found.name!r}: {writes.layout} layout blocks the last axis "
+                                f"({last}), not axis {choice.granularity.axis}; leave out --axis")
+            if found.shape[-1] % writes.block:
                 choice = Choice(found, None, f"its last axis ({found.shape[-1]}) is not a whole number of "
-                                            f"{BLOCK}-element blocks, which gpt-oss's layout needs", choice.symmetric)
+                                            f"{writes.block}-element blocks, which the layout needs", choice.symmetric)
         choices.append(choice)
     names = {found.name for found in reader.entries}
     plan, meta = [], {}
@@ -67,16 +100,15 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
         if not choice.quantized:
             plan.append(tensor_files.Planned(found.name, found.dtype, found.shape, found.nbytes, found.code))
             continue
-        scale_shape = tuple(found.shape[:-1]) + (found.shape[-1] // BLOCK,)
-        for name, shape in ((found.name + separator + "blocks", scale_shape + (BLOCK_BYTES,)),
-                            (found.name + separator + "scales", scale_shape)):
-            if name in names:
+        for name, dtype, shape in writes.parts(found.name, tuple(found.shape)):
+            if name in names and name != found.name:
                 raise UserError(f"{source}: tensor {found.name!r}: the file already has a tensor named {name!r}, "
-                                f"where its MXFP4 {name[len(found.name) + 1:]} would go")
-            plan.append(tensor_files.Planned(name, np.dtype(np.uint8), shape, math.prod(shape)))
+                                f"where its {fmt.name.upper()} {name[len(found.name):].lstrip('._')} would go")
+            plan.append(tensor_files.Planned(name, dtype, shape, math.prod(shape) * dtype.itemsize))
         meta[found.name] = {"source_dtype": found.dtype.name, "shape": list(found.shape)}
-    metadata = {**reader.metadata, METADATA_KEY: _json({"format": METADATA_FORMAT,
-                                                        "scale_rule": settings.scale_rule or "floor",
+    metadata = {**reader.metadata, METADATA_KEY: _json({"format": METADATA_FORMATS[fmt.name],
+                                                        "scale_rule": settings.scale_rule or (
+                                                            "floor" if fmt.name == "mxfp4" else "exact"),
                                                         "tensors": meta})}
     rows = []
     total = sum(c.found.nbytes for c in choices if c.quantized)
@@ -89,16 +121,24 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
                 rows.append(report.copied_row(found, choice.reason))
                 continue
             x = reader.array(found)
+            # NVFP4's tensor scale is the whole tensor's: one reading of x, band by band, before the bands
+            g = None
+            if fmt.name == "nvfp4":
+                maxima = [mx_reference.nvfp4_amax(x[rows_slice], settings.scale_rule)
+                          for rows_slice in row_slices(found.shape, found.nbytes, fraction=4)]
+                g = mx_reference.nvfp4_scale_from_amax(np.max(maxima), settings.scale_rule)
             release = tensor_files.page_releaser(x, found)
             stats, scale_parts = Stats(), []
-            writer.begin(found.name + separator + "blocks")
+            parts = writes.parts(found.name, tuple(found.shape))
+            writer.begin(parts[0][0])
             # bands of 16 MiB of input: the error figures take a few float64 copies of a band
             for rows_slice in row_slices(found.shape, found.nbytes, fraction=4):
                 band = np.asarray(x[rows_slice])
-                result = quantize_mx(band, _blocks_along_last(band.shape), fmt, settings.scale_rule, found.dtype)
-                blocks, scale_bytes = to_gpt_oss(result.codes, result.scales)
-                writer.write(blocks)
-                scale_parts.append(scale_bytes)
+                result = quantize_mx(band, _blocks_along_last(band.shape, writes.block), fmt, settings.scale_rule,
+                                     found.dtype, g)
+                codes_part, scale_part = writes.pack(result)
+                writer.write(codes_part)
+                scale_parts.append(scale_part)
                 stats.signal += result.stats.signal
                 stats.noise += result.stats.noise
                 stats.max_abs_error = max(stats.max_abs_error, result.stats.max_abs_error)
@@ -107,11 +147,15 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
                     release(rows_slice.start, rows_slice.stop)
             writer.end()
             del x
-            writer.begin(found.name + separator + "scales")
+            writer.begin(parts[1][0])
             for part in scale_parts:
                 writer.write(part)
             writer.end()
-            after = sum(part.size for part in scale_parts) * (BLOCK_BYTES + 1)
+            if g is not None:
+                writer.begin(parts[2][0])
+                writer.write(np.asarray(g, np.float32))
+                writer.end()
+            after = sum(math.prod(shape) * dtype.itemsize for _, dtype, shape in parts)
             rows.append(report.quantized_row(choice, settings.qtype, after,
                                              Quantized(np.zeros(0, np.float32), np.zeros((), np.int8), stats),
                                              to=fmt.name))
@@ -214,8 +258,8 @@ def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
     return report.summary("dequantize", source, output, rows)
 
 
-def _blocks_along_last(shape):
-    return Granularity("block", tuple(shape), len(shape) - 1, BLOCK)
+def _blocks_along_last(shape, block: int = BLOCK):
+    return Granularity("block", tuple(shape), len(shape) - 1, block)
 
 
 def _json(value) -> str:
@@ -228,7 +272,7 @@ def _recorded(source: Path, metadata: dict) -> dict[str, np.dtype]:
         return {}
     try:
         meta = json.loads(metadata[METADATA_KEY])
-        if meta.get("format") != METADATA_FORMAT:
+        if meta.get("format") not in METADATA_FORMATS.values():
             raise ValueError(f"unknown format {meta.get('format')!r}")
         return {name: np.dtype(ml_dtypes.bfloat16) if info["source_dtype"] == "bfloat16"
                 else np.dtype(info["source_dtype"]) for name, info in meta["tensors"].items()}

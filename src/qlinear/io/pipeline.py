@@ -56,7 +56,7 @@ def _refuse_clashes(choices: list[Choice], names: set[str], source: Path, what: 
 
 
 def quantize_file(source: Path, output: Path, kind: str, settings: Settings) -> dict:
-    if settings.mx is not None:  # MXFP4 in gpt-oss's checkpoint layout
+    if settings.mx is not None:  # MXFP4 in gpt-oss's checkpoint layout, NVFP4 in Model Optimizer's
         return mx_files.quantize_file(source, output, kind, settings)
     reader = tensor_files.open_tensor_file(source)
     if "qlinear" in reader.metadata:

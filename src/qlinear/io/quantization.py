@@ -139,19 +139,21 @@ class MXQuantized:
         self.codes, self.scales, self.global_scale, self.stats = codes, scales, global_scale, stats
 
 
-def quantize_mx(x, gran: Granularity, fmt, scale_rule: str | None, output_dtype: np.dtype) -> MXQuantized:
+def quantize_mx(x, gran: Granularity, fmt, scale_rule: str | None, output_dtype: np.dtype,
+                global_scale=None) -> MXQuantized:
     """``x`` (whole, in memory) in the MX format ``fmt`` along ``gran.axis`` with `qlinear.mx`, as ONNX
     stores it: MXINT8's implicit 2^-6 folded into its e8m0 scales (`qlinear.mx.onnx_scales`).
 
     The error figures are measured against what the written DequantizeLinear nodes compute
-    (`dequantize_mx`, in ``output_dtype``, the weight's type), not against a second formula."""
+    (`dequantize_mx`, in ``output_dtype``, the weight's type), not against a second formula. ``global_scale``:
+    NVFP4's tensor scale, when x is one band of a larger tensor (the whole tensor's)."""
     from .. import mx
 
     xf = np.asarray(x)
     xf = xf if xf.dtype in _OWN_TYPES else xf.astype(np.float32)
-    global_scale = None
     if fmt.name == "nvfp4":
-        codes, scales, global_scale = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule)
+        codes, scales, global_scale = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule,
+                                                  global_scale=global_scale)
         global_scale = np.asarray(global_scale, np.float32).reshape(())
     else:
         codes, scales = mx.quantize(xf, fmt.name, axis=gran.axis, scale_rule=scale_rule)

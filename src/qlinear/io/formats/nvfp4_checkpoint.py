@@ -144,28 +144,34 @@ class NVFP4Tensor:
         return f"NVFP4Tensor(shape={self.shape}, block_scales={tuple(self.weight_scale.shape)})"
 
 
+def nvfp4_names(name: str) -> tuple[str, str, str]:
+    """The names of an NVFP4 tensor's three parts in a file: ``NAME`` (packed codes), ``NAME_scale`` and
+    ``NAME_scale_2``, which for Model Optimizer's ``MODULE.weight`` are ``.weight_scale`` and ``.weight_scale_2``."""
+    return name, name + "_scale", name + "_scale_2"
+
+
 def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
-    """The NVFP4 weights among a file's tensors: ``{MODULE.weight: (weight, weight_scale, weight_scale_2
-    names)}`` for each module with a U8 ``.weight``, an F8_E4M3 ``.weight_scale`` and an F32 ``.weight_scale_2``;
-    shapes that do not fit the layout are a ValueError naming the module."""
+    """The NVFP4 tensors among a file's tensors: ``{NAME: (NAME, NAME_scale, NAME_scale_2)}`` for each U8
+    ``NAME`` with an F8_E4M3 ``NAME_scale`` and an F32 ``NAME_scale_2`` (`nvfp4_names`); shapes or types that
+    do not fit the layout are a ValueError naming the tensor."""
     by_name = {entry.name: entry for entry in entries}
     triples = {}
     for name, entry in by_name.items():
-        if not name.endswith(".weight_scale_2"):
+        if not name.endswith("_scale_2"):
             continue
-        module = name[: -len(".weight_scale_2")]
-        weight, scale = by_name.get(module + ".weight"), by_name.get(module + ".weight_scale")
-        if weight is None or scale is None:
+        base = name[: -len("_scale_2")]
+        weight, scale = by_name.get(base), by_name.get(base + "_scale")
+        if weight is None or scale is None or not base:
             continue
         codes = (_code(weight), _code(scale), _code(entry))
         if codes != ("U8", "F8_E4M3", "F32"):
-            raise ValueError(f"NVFP4 weight {module + '.weight'!r}: weight, weight_scale and weight_scale_2 must "
-                             f"be U8, F8_E4M3 and F32, got {', '.join(map(str, codes))}")
+            raise ValueError(f"NVFP4 tensor {base!r}: it, its _scale and its _scale_2 must be U8, F8_E4M3 and F32, "
+                             f"got {', '.join(map(str, codes))}")
         shape, scale_shape = tuple(weight.shape), tuple(scale.shape)
         if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
-            raise ValueError(f"NVFP4 weight {module + '.weight'!r}: weight must have shape S + (K/2,) and "
-                             f"weight_scale S + (K/16,), got {list(shape)} and {list(scale_shape)}")
-        triples[module + ".weight"] = (weight.name, scale.name, name)
+            raise ValueError(f"NVFP4 tensor {base!r}: it must have shape S + (K/2,) and {base + '_scale'!r} "
+                             f"S + (K/16,), got {list(shape)} and {list(scale_shape)}")
+        triples[base] = nvfp4_names(base)
     return triples
 
 
@@ -179,4 +185,4 @@ def read_nvfp4_checkpoint(path) -> Checkpoint:
     return read_grouped(path, nvfp4_triples, lambda weight, names, arrays: NVFP4Tensor(*arrays))
 
 
-__all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_triples", "read_nvfp4_checkpoint"]
+__all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_names", "nvfp4_triples", "read_nvfp4_checkpoint"]
