@@ -200,7 +200,8 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
     weights = {"model.proj.weight": rng.standard_normal((96, 256)).astype(ml_dtypes.bfloat16),
                "model.fc.weight": rng.standard_normal((64, 32)).astype(np.float32) * np.float32(3),
                "model.fc.bias": rng.standard_normal(64).astype(np.float32),
-               "model.odd.weight": rng.standard_normal((4, 40)).astype(np.float32)}
+               "model.odd.weight": rng.standard_normal((4, 40)).astype(np.float32),
+               "model.experts.weight": rng.standard_normal((3, 32, 64)).astype(ml_dtypes.bfloat16)}
     source = tmp_path / "model.safetensors"
     safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
     output = tmp_path / "nvfp4.safetensors"
@@ -210,10 +211,10 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
     assert rows["model.proj.weight"]["to"] == "nvfp4" and not rows["model.odd.weight"]["quantized"]
     assert "16-element blocks" in rows["model.odd.weight"]["note"]
     back = load(output)
-    assert set(back) == {"model.proj.weight", "model.proj.weight_scale", "model.proj.weight_scale_2",
-                         "model.fc.weight", "model.fc.weight_scale", "model.fc.weight_scale_2", "model.fc.bias",
-                         "model.odd.weight"}
-    for name in ("model.proj.weight", "model.fc.weight"):
+    quantized = ("model.proj.weight", "model.fc.weight", "model.experts.weight")
+    assert set(back) == {part for name in quantized for part in (name, name + "_scale", name + "_scale_2")} | {
+        "model.fc.bias", "model.odd.weight"}
+    for name in quantized:
         w = weights[name].astype(np.float32)
         codes, scales, g = mx.quantize(w, "nvfp4", scale_rule=rule)
         weight, weight_scale, weight_scale_2 = to_modelopt(codes, scales, g)
@@ -225,8 +226,9 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
             np.testing.assert_array_equal(back[name], packed.numpy())
             np.testing.assert_array_equal(back[name + "_scale"].view(np.uint8), their_scale.view(torch.uint8).numpy())
             assert back[name + "_scale_2"] == F32(their_g.item())
-        x = w.astype(np.float64)
-        noise = np.sum((x - mx.dequantize(codes, scales, global_scale=g).astype(np.float64)) ** 2)
+        x = w.astype(np.float64)  # against the values in the weight's own type, as the report measures
+        restored = mx.dequantize(codes, scales, global_scale=g).astype(weights[name].dtype).astype(np.float64)
+        noise = np.sum((x - restored) ** 2)
         assert rows[name]["sqnr_db"] == pytest.approx(10 * np.log10(np.sum(x * x) / noise))
     for name in ("model.fc.bias", "model.odd.weight"):
         np.testing.assert_array_equal(back[name], weights[name])
@@ -235,7 +237,7 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
     assert main(["dequantize", str(output), "-o", str(restored)]) == 0
     again = load(restored)
     assert set(again) == set(weights)
-    for name in ("model.proj.weight", "model.fc.weight"):
+    for name in quantized:
         assert again[name].dtype == weights[name].dtype  # recorded by quantize
         expected = read_nvfp4_checkpoint(output)[name].dequantize(np.float32).astype(weights[name].dtype)
         np.testing.assert_array_equal(again[name], expected)
