@@ -295,8 +295,11 @@ def quantize_nvfp4_modelopt(x: np.ndarray, g=None) -> tuple[np.ndarray, np.ndarr
     d = (s.astype(np.float32) * g).astype(np.float32)
     q = (b / d[..., None]).astype(np.float32)
     magnitude = np.abs(q)
-    index = np.searchsorted(_E2M1_MIDPOINTS.astype(np.float32), magnitude, side="left")
-    index = index + np.isin(magnitude, _MODELOPT_ODD_MIDPOINTS)
+    # searchsorted(midpoints, |q|): how many midpoints lie below |q| (a NaN sorts after them all: 7)
+    index = sum((magnitude > m).astype(np.uint8) for m in _E2M1_MIDPOINTS.astype(np.float32))
+    index = np.where(np.isnan(magnitude), np.uint8(7), index)
+    index = index + ((magnitude == _MODELOPT_ODD_MIDPOINTS[0]) | (magnitude == _MODELOPT_ODD_MIDPOINTS[1])
+                     | (magnitude == _MODELOPT_ODD_MIDPOINTS[2]))
     bits = ((q < 0).astype(np.uint8) << 3) | index.astype(np.uint8)
     codes = unblocks(bits.view(ml_dtypes.float4_e2m1fn), x.shape[-1])
     return codes, s, g
