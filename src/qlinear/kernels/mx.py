@@ -45,7 +45,7 @@ import math
 import numpy as np
 
 from .. import dtypes
-from ..reference.mx import FORMATS, MXFormat
+from ..reference.mx import FORMATS, MXFormat, nvfp4_scale_from_amax
 from . import output_pool, threads
 from ._arguments import read_only
 from .quantize_linear import HAVE_NUMBA, kernels_enabled
@@ -169,12 +169,8 @@ def quantize_nvfp4(x: np.ndarray, g=None):
         block_amax = np.empty(scales.size, np.int32)
         row_max = np.empty(rows, np.int32)
         threads.run_chunked(nb.nv_amax_rows, rows, xin, block_amax, row_max, row_len, item_size=row_len)
-        # the tensor scale, as `reference.mx.nvfp4_global_scale`: float32(amax / (448 * 6)), 1 when that is 0
-        amax = row_max.max().view(np.float32)
-        with np.errstate(all="ignore"):
-            g = np.float32(amax / np.float32(448.0 * 6.0))
-        if g == 0:
-            g = np.float32(1)
+        # the tensor scale from the largest finite magnitude, by the reference's own rule
+        g = nvfp4_scale_from_amax(row_max.max().view(np.float32))
         fused = False
     else:
         g = np.float32(g)
