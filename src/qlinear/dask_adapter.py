@@ -203,8 +203,10 @@ def mx_quantize(quantize, x, fmt, axis: int, rule, global_scale, nvfp4_amax, nvf
     packed_chunks = list(x.chunks)
     packed_chunks[axis] = tuple(c + -(-c // bs) for c in x.chunks[axis])
     work = functools.partial(_mx_pack, quantize=quantize, fmt=fmt.name, rule=rule, axis=axis)
-    args = () if g is None or not is_dask_array(g) else (g,)
-    if g is not None and not args:
+    args = ()
+    if is_dask_array(g):  # a block of its own for every task
+        args = (g,)
+    elif g is not None:
         work = functools.partial(work, g=g)
     packed = x.map_blocks(work, *args, chunks=tuple(packed_chunks), dtype=np.uint8,
                           meta=np.empty((0,) * x.ndim, np.uint8))
@@ -247,10 +249,8 @@ def mx_dequantize(dequantize, codes, scales, fmt, axis: int, global_scale):
                                   meta=np.empty((0,) * codes.ndim, scales.dtype))
     work = functools.partial(_mx_dequantize_chunk, dequantize=dequantize, axis=axis)
     args = [scales]
-    if global_scale is not None:
-        if is_dask_array(global_scale):
-            args.append(global_scale)
-        else:
-            work = functools.partial(_mx_dequantize_chunk, g=np.asarray(global_scale, np.float32),
-                                     dequantize=dequantize, axis=axis)
+    if is_dask_array(global_scale):
+        args.append(global_scale)
+    elif global_scale is not None:
+        work = functools.partial(work, g=np.asarray(global_scale, np.float32))
     return codes.map_blocks(work, *args, dtype=np.float32, meta=np.empty((0,) * codes.ndim, np.float32))
