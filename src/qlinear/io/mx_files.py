@@ -221,10 +221,10 @@ def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
     for entry in reader.entries:
         if entry.name in firsts:
             group = firsts[entry.name]
-            shape = group.tensor([reader.array(entries[n]) for n in group.members]).shape
-            dtype = recorded.get(group.name, DEFAULT_OUTPUT_DTYPE)
+            arrays = [reader.array(entries[n]) for n in group.members]
+            shape, dtype = group.tensor(arrays).shape, recorded.get(group.name, DEFAULT_OUTPUT_DTYPE)
             plan.append(tensor_files.Planned(group.name, dtype, shape, math.prod(shape) * dtype.itemsize))
-            order.append(group)
+            order.append((group, arrays, shape, dtype))
         elif entry.name not in members:
             plan.append(tensor_files.Planned(entry.name, entry.dtype, entry.shape, entry.nbytes, entry.code))
             order.append(entry)
@@ -236,14 +236,12 @@ def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
     with report.progress(total, f"dequantizing {source.name}") as advance, atomic_output(output) as f:
         writer = tensor_files.WRITERS[out_kind](f, plan, metadata)
         for item in order:
-            if not isinstance(item, _Group):
+            if not isinstance(item, tuple):
                 tensor_files.copy_raw(reader, item, writer)
                 rows.append(report.restored_row(item.name, item.shape, item.type_name, item.type_name,
                                                 item.nbytes, item.nbytes) | {"note": "copied"})
                 continue
-            arrays = [reader.array(entries[n]) for n in item.members]
-            shape = item.tensor(arrays).shape
-            dtype = recorded.get(item.name, DEFAULT_OUTPUT_DTYPE)
+            item, arrays, shape, dtype = item  # the group, its members' arrays, its values' shape and dtype
             writer.begin(item.name)
             for rows_slice in row_slices(arrays[0].shape, arrays[0].nbytes * 2 * dtype.itemsize):
                 band = item.tensor(arrays, rows_slice).dequantize(dtype)
