@@ -7,6 +7,7 @@ most (each layer quantized alone, the others float, on a subset of the data).
     uv run python benchmarks/corpus.py --layers int4        # and the per-layer costs
     uv run python benchmarks/corpus.py --json corpus.json
     uv run python benchmarks/corpus.py --dtypes mxfp4 nvfp4 --models ocr_rec   # the microscaling formats
+    uv run python benchmarks/corpus.py --dtypes nvfp4 --scale-rule modelopt     # NVFP4 as Model Optimizer rounds
 
 onnxruntime 1.32 cannot run the microscaling formats (no CPU DequantizeLinear for float4 or e8m0 scales),
 so for those the DequantizeLinear nodes of the written model are evaluated once with qlinear's
@@ -120,7 +121,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(NAMES), choices=NAMES)
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES + MX_DTYPES)
-    parser.add_argument("--scale-rule", choices=("floor", "ceil", "even"), help="for the MX formats")
+    parser.add_argument("--scale-rule", choices=("floor", "ceil", "even", "modelopt"),
+                        help="floor, ceil, even: for the MX formats; modelopt: for nvfp4")
     parser.add_argument("--layers", nargs="*", default=[], choices=DTYPES, help="per-layer costs for these types")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--json", type=Path)
@@ -134,7 +136,8 @@ def main() -> None:
             for dtype in args.dtypes:
                 output = folder / f"{name}.{dtype}.onnx"
                 mx = dtype in MX_DTYPES
-                extra = ("--scale-rule", args.scale_rule) if mx and args.scale_rule and dtype != "nvfp4" else ()
+                takes = (args.scale_rule == "modelopt") == (dtype == "nvfp4")  # each rule to its formats
+                extra = ("--scale-rule", args.scale_rule) if mx and args.scale_rule and takes else ()
                 report, seconds = quantize(name, dtype, output, *extra)
                 started = time.perf_counter()
                 runner = ort_runner(fold_dequantize(output) if mx else output)
