@@ -221,9 +221,9 @@ def test_quantize_nvfp4_equals_reference():
 
 @pytest.mark.parametrize("factor", [1.0, 0.125, 8.0])
 def test_quantize_nvfp4_given_tensor_scale_equals_reference(factor):
-    """The one-pass kernel (the tensor scale given: each group's block maxima taken beside its scales) on every
-    input set, with x's own tensor scale (then also equal to the two-pass result) and with others: smaller
-    (block scales saturate at 448) and larger."""
+    """The tensor scale given (no first pass) on every input set, with x's own tensor scale (then also equal
+    to the result with the tensor scale from x) and with others: smaller (block scales saturate at 448) and
+    larger."""
     fmt = ref.FORMATS["nvfp4"]
     for x in _inputs(fmt) + [_nvfp4_ties(j) for j in (-100, 0, 100)]:
         with np.errstate(all="ignore"):
@@ -281,6 +281,35 @@ def test_nvfp4_block_scales_at_every_e4m3_rounding_boundary():
     assert _bits(g_k) == _bits(rg)
     _assert_same(scales, rscales, "block scales at E4M3 boundaries")
     _assert_same(codes, rcodes, "codes at E4M3 boundaries", x)
+
+
+def test_nvfp4_thresholds_derived_by_exponent_equal_the_float64_form():
+    """`_nv_limits` computes three of a block's seven thresholds and moves the exponent of those for the rest
+    (0.25 d, 2.5 d, 3.5 d, 5 d); `_nv_threshold` computes each in float64. Equal for d at both ends of every
+    binade of [2^-100, 2^100] and 300 random significands in each, and for d <= 0 and NaN (every float32 d
+    in the range: offline, see `_nv_limits`)."""
+    from numba import njit
+
+    from qlinear.kernels import _mx_numba as nb
+
+    @njit(cache=False)
+    def mismatches(ds, midpoints):
+        bad = 0
+        for d in ds:
+            got = nb._nv_limits(d)
+            for k in range(7):
+                bad += got[k] != nb._nv_threshold(midpoints[k], d, k % 2 == 1)
+        return bad
+
+    rng = np.random.default_rng(7)
+    lo, hi = F32(2.0**-100).view(np.int32), F32(2.0**100).view(np.int32)
+    exponents = np.arange(lo, hi + 1, 1 << 23, dtype=np.int64)
+    significands = rng.integers(0, 1 << 23, (exponents.size, 300))
+    bits = np.concatenate([exponents, exponents + (1 << 23) - 1, (exponents[:, None] + significands).ravel()])
+    ds = bits[bits <= hi].astype(np.int32).view(F32)
+    assert mismatches(ds, np.array(nb._MIDPOINTS)) == 0
+    for d in (F32(0), F32(-0.0), F32(-1), F32(np.nan)):
+        assert nb._nv_limits(d) == (nb._NEVER,) * 7
 
 
 def test_dequantize_nvfp4_equals_reference():

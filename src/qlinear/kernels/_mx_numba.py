@@ -17,7 +17,7 @@ from numba.core import cgutils  # noqa: E402
 from numba.core import types as nbtypes  # noqa: E402
 from numba.extending import intrinsic, overload  # noqa: E402
 
-from ._prefetch import BLOCK, prefetch_ahead, prefetch_line  # noqa: E402
+from ._prefetch import BLOCK, prefetch_ahead, prefetch_byte, prefetch_line  # noqa: E402
 from ._vector_width import use_512_bit_vectors  # noqa: E402
 from .small_float import decode_small_float, magic_sum  # noqa: E402
 
@@ -415,46 +415,75 @@ def _nv_amax(xs, base, length):
     return every, finite
 
 
-@njit(**_JIT)
-def nv_amax_rows(x, block_amax, row_max, row_len, start, stop):
-    """Pass 1 of NVFP4: per block, the maximum magnitude's bits (-1 for a block holding an Inf or a NaN);
-    per row, the maximum finite magnitude's bits (for the tensor scale).
+def _finite_max_intrinsic(ahead: int):
+    """``finite_max(a, i)``: the largest finite magnitude's bits (as int32) over a[i:i + 256] (float32,
+    C-contiguous), Inf and NaN counting as 0: sixteen vectors reduced lane by lane, then across the lanes
+    once (per block, the reduction across lanes took longer than reading x). ``ahead`` > 0: before each
+    line is read, the line ``ahead`` bytes on is requested (which the caller keeps inside ``a``): one
+    request per line read, spread as the `prefetch_byte` calls of the codes loop are (sixteen requested
+    at once before the sixteen loads came late: 2.4-2.8 ms at 16M elements on 2 threads, where reading
+    alone takes 1.7-1.9)."""
 
-    Whole blocks go 16 at a time through one reduction (`_abs_max_16_x16`), and each block's line of x is
-    requested `X_AHEAD` bytes on as it is read: with x out of the caches, 16M elements on 2 threads took
-    4.2 ms with a reduction per block and 8 lines requested per 8 blocks, 2.8 ms so (the same with x in L3)."""
-    use_512_bit_vectors()
-    full = row_len // NV_BLOCK
-    rest = row_len - full * NV_BLOCK
-    per_row = full + (1 if rest else 0)
-    grouped = full - full % 16
+    @intrinsic
+    def finite_max(typingctx, a, i):
+        if not (isinstance(a, nbtypes.Array) and a.dtype == nbtypes.float32 and a.layout == "C"):
+            return None
+
+        def codegen(context, builder, signature, args):
+            arr = context.make_array(signature.args[0])(context, builder, args[0])
+            at = context.cast(builder, args[1], signature.args[1], nbtypes.int64)
+            i32, i64, i8 = ir.IntType(32), ir.IntType(64), ir.IntType(8)
+            lanes = ir.VectorType(i32, 16)
+            base = builder.bitcast(arr.data, i32.as_pointer())
+            prefetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]), "llvm.prefetch.p0")
+            infinity, zero = ir.Constant(lanes, [0x7F800000] * 16), ir.Constant(lanes, [0] * 16)
+            top = None
+            for j in range(16):
+                element = builder.gep(base, [builder.add(at, ir.Constant(i64, 16 * j))])
+                if ahead:
+                    line = builder.gep(builder.bitcast(element, i8.as_pointer()), [ir.Constant(i64, ahead)])
+                    builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                m = builder.and_(builder.load(builder.bitcast(element, lanes.as_pointer()), align=4),
+                                 ir.Constant(lanes, [0x7FFFFFFF] * 16))
+                m = builder.select(builder.icmp_signed("<", m, infinity), m, zero)
+                top = m if top is None else builder.select(builder.icmp_signed(">", top, m), top, m)
+            reduce = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [lanes]), "llvm.vector.reduce.smax.v16i32")
+            return builder.call(reduce, [top])
+
+        return nbtypes.int32(a, i), codegen
+
+    return finite_max
+
+
+_finite_max_256 = _finite_max_intrinsic(0)
+_finite_max_256_ahead = _finite_max_intrinsic(X_AHEAD)
+
+
+@njit(**_JIT)
+def nv_finite_max_rows(x, top, row_len, start, stop):
+    """Pass 1 of NVFP4: the largest finite magnitude's bits over rows [start, stop) into ``top[start]`` (the
+    tensor scale's maximum; the caller zeroes ``top`` and takes its maximum). A plain read of x, 256
+    elements at a time, each line requested `X_AHEAD` bytes on (`_finite_max_intrinsic`).
+
+    The block maxima are not kept: pass 2 takes each group's maxima just before its scales, as it does
+    with the tensor scale given. Storing them here made this pass 2.4-2.7 ms at 16M elements on 2 threads,
+    and reading them back made pass 2 no faster."""
     n = (stop - start) * row_len
     i0 = start * row_len
-    xs = x[i0:i0 + n]
-    am = block_amax[start * per_row:stop * per_row]
-    for r in range(stop - start):
-        row = r * row_len
-        srow = r * per_row
-        top = np.int32(0)
-        for b in range(0, grouped, 16):
-            off = row + b * NV_BLOCK
-            for j in range(16):
-                prefetch_line(x, i0 + off + j * NV_BLOCK, X_AHEAD)
-            every = _abs_max_16_x16(xs, np.uint64(off), am, np.uint64(srow + b))
-            if every < _INF:
-                top = max(top, every)
-            else:  # an Inf or a NaN among the 16 blocks: each block again, its finite maximum for the tensor scale
-                for j in range(16):
-                    every, finite = _nv_amax(xs, np.uint64(off + j * NV_BLOCK), NV_BLOCK)
-                    top = max(top, finite)
-                    am[srow + b + j] = finite if every < _INF else np.int32(-1)
-        for b in range(grouped, per_row):
-            off = row + b * NV_BLOCK
-            prefetch_line(x, i0 + off, X_AHEAD)
-            every, finite = _nv_amax(xs, np.uint64(off), NV_BLOCK if b < full else rest)
-            top = max(top, finite)
-            am[srow + b] = finite if every < _INF else np.int32(-1)
-        row_max[start + r] = top
+    whole = n - n % 256
+    # the 256-element runs whose requested lines lie inside x, then the rest without requests
+    ahead = min(whole, max(0, (x.size - X_AHEAD // 4 - i0) // 256 * 256))
+    best = np.int32(0)
+    for i in range(i0, i0 + ahead, 256):
+        best = max(best, _finite_max_256_ahead(x, np.uint64(i)))
+    for i in range(i0 + ahead, i0 + whole, 256):
+        best = max(best, _finite_max_256(x, np.uint64(i)))
+    for i in range(i0 + whole, i0 + n):
+        m = np.int32(np.float32(x[i]).view(np.int32) & _ABS)
+        best = max(best, m if m < _INF else np.int32(0))
+    top[start] = best
 
 
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)  # between the E2M1 magnitudes 0, 0.5, 1, ..., 4, 6
@@ -541,17 +570,43 @@ def _nv_code(bits, l0, l1, l2, l3, l4, l5, l6, sign_mask):
     return np.uint8(index | sign)
 
 
+def _nv_codes_ir(builder, bits, splat):
+    """LLVM IR: the `_nv_code` of the <16 x i32> float32 ``bits`` against one block's thresholds, ``splat(k)``
+    giving threshold k (0-6) or the sign mask (7) in every lane. The count of thresholds below the magnitude
+    is found by binary search, as the thresholds ascend: whether the magnitude is above threshold 3 (codes
+    4-7), then above 1 or 5, then above 0, 2, 4 or 6 (three comparisons and four blends of broadcast
+    thresholds where a count of seven comparisons took seven compares and masked adds, and a first
+    comparison with threshold 3 followed by three counted ones took ten instructions)."""
+    i32 = ir.IntType(32)
+    lanes = ir.VectorType(i32, NV_BLOCK)
+
+    def const(v):
+        return ir.Constant(lanes, [v] * NV_BLOCK)
+
+    magnitude = builder.and_(bits, const(0x7FFFFFFF))
+    above4 = builder.icmp_signed(">", magnitude, splat(3))
+    above2 = builder.icmp_signed(">", magnitude, builder.select(above4, splat(5), splat(1)))
+    last = builder.select(above4, builder.select(above2, splat(6), splat(4)),
+                          builder.select(above2, splat(2), splat(0)))
+    above1 = builder.icmp_signed(">", magnitude, last)
+    index = builder.or_(builder.or_(builder.select(above4, const(4), const(0)),
+                                    builder.select(above2, const(2), const(0))),
+                        builder.select(above1, const(1), const(0)))
+    sign = builder.and_(builder.ashr(bits, const(28)), splat(7))
+    return builder.or_(index, sign)
+
+
 @intrinsic
 def _nv_codes_16(typingctx, xs, cs, base, limits, j):
     """`_nv_code` of the 16 elements ``xs[base:base + 16]`` into ``cs[base:base + 16]``, against the thresholds
-    ``limits[0:7, j]`` and the sign mask ``limits[7, j]``, written as one <16 x i32> computation.
+    ``limits[0:7, j]`` and the sign mask ``limits[7, j]`` (`_nv_codes_ir`).
 
     Why an intrinsic: numba's loop over a block's 16 elements vectorised, but behind a runtime check that
     the input and output do not overlap, whose scalar fallback made LLVM load the eight thresholds into
-    general registers and broadcast each (eight port-5 instructions a block, as many as the comparisons).
-    Here they are loaded and broadcast from memory, and the count is taken in two levels (the comparison
-    with the middle threshold selects which three follow: 3.3 ns a block in L2 where seven comparisons took
-    4.2): the same count, sign and byte."""
+    general registers and broadcast each (eight port-5 instructions a block). Here each is broadcast from
+    memory. (Four blocks at a time, their codes packed by byte shuffles into one store, was faster in L2
+    but slower at 16M elements: 3.6 -> 4.3-4.7 ms with the tensor scale given, its lines requested four at
+    a time.)"""
     if not (isinstance(xs, nbtypes.Array) and xs.dtype == nbtypes.float32 and xs.layout == "C"
             and isinstance(cs, nbtypes.Array) and cs.dtype == nbtypes.uint8 and cs.layout == "C"
             and isinstance(limits, nbtypes.Array) and limits.dtype == nbtypes.int32 and limits.ndim == 2
@@ -577,18 +632,8 @@ def _nv_codes_16(typingctx, xs, cs, base, limits, j):
             return builder.shuffle_vector(one, ir.Constant(ir.VectorType(i32, 1), ir.Undefined),
                                           ir.Constant(ir.VectorType(i32, NV_BLOCK), [0] * NV_BLOCK))
 
-        pointer = builder.bitcast(builder.gep(x_arr.data, [at]), lanes.as_pointer())
-        bits = builder.load(pointer, align=4)
-        magnitude = builder.and_(bits, ir.Constant(lanes, [0x7FFFFFFF] * NV_BLOCK))
-        # two levels: whether the magnitude is above the middle threshold (1.75 d: codes 4-7) picks the three
-        # thresholds compared next (4 comparisons and 3 blends where 7 comparisons took 3 instructions each)
-        upper = builder.icmp_signed(">", magnitude, splat(3))
-        index = builder.select(upper, ir.Constant(lanes, [4] * NV_BLOCK), ir.Constant(lanes, [0] * NV_BLOCK))
-        for k in range(3):
-            above = builder.icmp_signed(">", magnitude, builder.select(upper, splat(4 + k), splat(k)))
-            index = builder.add(index, builder.zext(above, lanes))
-        sign = builder.and_(builder.ashr(bits, ir.Constant(lanes, [28] * NV_BLOCK)), splat(7))
-        code = builder.trunc(builder.or_(index, sign), ir.VectorType(i8, NV_BLOCK))
+        bits = builder.load(builder.bitcast(builder.gep(x_arr.data, [at]), lanes.as_pointer()), align=4)
+        code = builder.trunc(_nv_codes_ir(builder, bits, splat), ir.VectorType(i8, NV_BLOCK))
         out = builder.bitcast(builder.gep(c_arr.data, [at]), ir.VectorType(i8, NV_BLOCK).as_pointer())
         builder.store(code, out, align=1)
         return context.get_dummy_value()
@@ -602,8 +647,8 @@ NV_GROUP = 64  # NVFP4 blocks whose scales and thresholds are computed together,
 @njit(**_INLINE)
 def _nv_group_amax(xs, base, m, whole, rest, local):
     """The block maxima of a group's ``m`` blocks at ``xs[base:]`` (the first ``whole`` of them whole, the
-    last possibly short: ``rest`` elements) into ``local[0:m]``, as pass 1 stores them (-1 for a block
-    holding an Inf or a NaN). The lines of x were requested by the codes loop of the group before last."""
+    last possibly short: ``rest`` elements) into ``local[0:m]`` (-1 for a block holding an Inf or a NaN).
+    The lines of x were requested by the codes loop of the groups before."""
     j = 0
     while j + 16 <= whole:
         at = base + j * NV_BLOCK
@@ -618,17 +663,41 @@ def _nv_group_amax(xs, base, m, whole, rest, local):
         local[b] = finite if every < _INF else np.int32(-1)
 
 
-@njit(**_JIT)
-def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, start, stop):
-    """Pass 2 of NVFP4: the block scales float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an
-    Inf or a NaN), d = float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of
-    its magnitude with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
-    comparisons are >=). A zero or NaN d gives +0 codes (every threshold `_NEVER`, the sign masked off).
-    ``fused``: the tensor scale g was given, so there is no pass 1: each group's block maxima are taken here,
-    just before its scales, and x is read once (``block_amax`` is not read).
+_HUGE = np.float32(2.0**100)  # d at most this: 5 * d is finite, so the thresholds scale by powers of two
 
-    Blocks go in groups of `NV_GROUP`: first the scales and the seven thresholds of every block of the group
-    (one vectorised loop), then the elements; per block, that scalar work took longer than its 16 elements."""
+
+@njit(**_INLINE)
+def _nv_limits(d):
+    """The seven `_nv_threshold` bits of d, for d in [`_FMA_SAFE`, `_HUGE`] (and `_NEVER` for d <= 0 or NaN).
+    Only 0.75 d, 1.25 d and 1.75 d take arithmetic (`_nv_threshold_fma`): 0.25 d, 2.5 d, 3.5 d and 5 d are d
+    or those times a power of two, so their float32 roundings, and the side of the exact product each lies
+    on, are the same with the exponent moved (bits: d's - 2^24, 1.25 d's + 2^23, 1.75 d's + 2^23, 1.25 d's
+    + 2^24; every float32 d in the range checked against the float64 form offline, 2026-12-02, and a sample
+    in tests/kernels/test_mx_kernels.py)."""
+    usable = d > np.float32(0)
+    l2 = _nv_threshold_fma(1.25, d, False)
+    l3 = _nv_threshold_fma(1.75, d, True)  # the odd midpoints' ties go up: the even code wins
+    l0 = np.int32(np.float32(d).view(np.int32) - np.int32(1 << 24)) if usable else _NEVER
+    l4 = np.int32(l2 + np.int32(1 << 23)) if usable else _NEVER
+    l5 = np.int32(l3 + np.int32(1 << 23)) if usable else _NEVER
+    l6 = np.int32(l2 + np.int32(1 << 24)) if usable else _NEVER
+    return l0, _nv_threshold_fma(0.75, d, True), l2, l3, l4, l5, l6
+
+
+@njit(**_JIT)
+def nv_quantize_rows(x, codes, scales, row_len, g, e4m3, start, stop):
+    """NVFP4 with the tensor scale g (given, or from pass 1's maximum): per block, the maximum, the block
+    scale float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an Inf or a NaN), d =
+    float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of its magnitude
+    with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
+    comparisons are >=). A zero or NaN d gives +0 codes (every threshold `_NEVER`, the sign masked off).
+
+    Blocks go in groups of `NV_GROUP`: first the maxima, the scales and the seven thresholds of every block
+    of the group (one vectorised loop, three of the thresholds computed, four from them: `_nv_limits`; a
+    group with a d outside [2^-100, 2^100] takes the float64 form for all seven), then the elements.
+    Measured on one core, 256K elements (in L2), the tensor scale given: 5.2 ns a block with each threshold
+    computed in its own loop, the scales in another and the codes counted linearly, 4.4 ns so. At 16M
+    elements on 2 threads: 3.6 -> 3.2-3.3 ms."""
     use_512_bit_vectors()
     full = row_len // NV_BLOCK
     rest = row_len - full * NV_BLOCK
@@ -640,6 +709,8 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, star
     limits = np.empty((8, NV_GROUP), np.int32)
     dd = np.empty(NV_GROUP, np.float32)
     local = np.empty(NV_GROUP, np.int32)  # the group's block maxima
+    x_safe = x.size * 4 - X_AHEAD  # the lines requested for elements below this byte lie inside x
+    c_safe = codes.size - X_AHEAD // 4
     for r in range(stop - start):
         row = r * row_len
         srow = r * per_row
@@ -647,35 +718,37 @@ def nv_quantize_rows(x, block_amax, codes, scales, row_len, g, e4m3, fused, star
             m = min(NV_GROUP, per_row - first)
             stop_block = min(m, full - first)  # the whole blocks of the group
             b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
-            if fused:
-                _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
-            else:
-                a0 = start * per_row + srow + first
-                local[:m] = block_amax[a0:a0 + m]
-            tiny = False
+            _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
+            odd = False
             for j in range(m):
                 code, d = _nv_scale(local[np.uint64(j)], g, e4m3)
                 ss[b0 + np.uint64(j)] = code
                 dd[np.uint64(j)] = d
-                limits[7, np.uint64(j)] = np.int32(8) if d > np.float32(0) else np.int32(0)  # the sign kept or not
-                tiny |= (d < _FMA_SAFE) & (d > np.float32(0))  # a bool: an int64 count made LLVM take 8 lanes
-            # the seven thresholds, one vectorised loop over the blocks each (the odd midpoints' ties go up: the
-            # even code wins); a block scale below 2^-100 anywhere in the group takes the float64 form
-            for k in range(7):
-                midpoint, ties_up = _MIDPOINTS[k], k % 2 == 1
-                if not tiny:
+                usable = d > np.float32(0)
+                odd |= ((d < _FMA_SAFE) | (d > _HUGE)) & usable  # a bool: an int64 count made LLVM take 8 lanes
+                l0, l1, l2, l3, l4, l5, l6 = _nv_limits(d)
+                limits[0, np.uint64(j)] = l0
+                limits[1, np.uint64(j)] = l1
+                limits[2, np.uint64(j)] = l2
+                limits[3, np.uint64(j)] = l3
+                limits[4, np.uint64(j)] = l4
+                limits[5, np.uint64(j)] = l5
+                limits[6, np.uint64(j)] = l6
+                limits[7, np.uint64(j)] = np.int32(8) if usable else np.int32(0)  # the sign kept or not
+            if odd:
+                for k in range(7):
                     for j in range(m):
-                        limits[k, j] = _nv_threshold_fma(midpoint, dd[j], ties_up)
-                else:
-                    for j in range(m):
-                        limits[k, j] = _nv_threshold(midpoint, dd[j], ties_up)
+                        limits[k, j] = _nv_threshold(_MIDPOINTS[k], dd[j], k % 2 == 1)
+            # each block's line of x, X_AHEAD bytes on (for the maxima of a group to come, so that lines arrive
+            # while this group computes), and a line of codes per four blocks; checked once per group
+            end = i0 + row + (first + stop_block) * NV_BLOCK
+            ahead = end * 4 <= x_safe and end <= c_safe
             for j in range(stop_block):
                 at = row + (first + j) * NV_BLOCK
-                # the block's line of x, X_AHEAD bytes on (fused: for the maxima of the group after next, so that
-                # lines arrive while this group computes; requested by the maxima loop, they came in bursts)
-                prefetch_line(x, i0 + at, X_AHEAD)
-                if j % 4 == 0:
-                    prefetch_line(codes, i0 + at, X_AHEAD // 4, True)  # and a line of codes per 4 blocks
+                if ahead:
+                    prefetch_byte(x, (i0 + at) * 4 + X_AHEAD)
+                    if j % 4 == 0:
+                        prefetch_byte(codes, i0 + at + X_AHEAD // 4, True)
                 _nv_codes_16(xs, cs, at, limits, j)
             if stop_block < m:  # the row's short last block
                 j = stop_block

@@ -106,3 +106,15 @@ def prefetch_line(a, index, ahead_bytes, write=False):
     else:
         _prefetch_read(a, offset)
 
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_byte(a, offset, write=False):
+    """Request the cache line of 1-D contiguous ``a`` that holds its byte ``offset``, which the caller keeps
+    inside ``a``: for loops that check once per run of blocks that every line they will request lies inside,
+    so that a request costs no comparison (`prefetch_line` clamps each one: a compare and a conditional move
+    per line, which in NVFP4's codes loop cost 0.4 ns a block)."""
+    if write:
+        _prefetch_write(a, offset)
+    else:
+        _prefetch_read(a, offset)

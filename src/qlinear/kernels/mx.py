@@ -165,19 +165,14 @@ def quantize_nvfp4(x: np.ndarray, g=None):
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    if g is None:
-        block_amax = np.empty(scales.size, np.int32)
-        row_max = np.empty(rows, np.int32)
-        threads.run_chunked(nb.nv_amax_rows, rows, xin, block_amax, row_max, row_len, item_size=row_len)
+    if g is None:  # pass 1: the largest finite magnitude (each thread's part into its first row's entry)
+        top = np.zeros(rows, np.int32)
+        threads.run_chunked(nb.nv_finite_max_rows, rows, xin, top, row_len, item_size=row_len)
         # the tensor scale from the largest finite magnitude, by the reference's own rule
-        g = nvfp4_scale_from_amax(row_max.max().view(np.float32))
-        fused = False
-    else:
-        g = np.float32(g)
-        block_amax = np.zeros(1, np.int32)  # not read
-        fused = True
-    threads.run_chunked(nb.nv_quantize_rows, rows, xin, read_only(block_amax), codes.reshape(-1).view(np.uint8),
-                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], fused, item_size=row_len)
+        g = nvfp4_scale_from_amax(top.max().view(np.float32))
+    g = np.float32(g)
+    threads.run_chunked(nb.nv_quantize_rows, rows, xin, codes.reshape(-1).view(np.uint8),
+                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], item_size=row_len)
     return codes, scales, g
 
 
