@@ -25,8 +25,10 @@ of one sign). Each pattern v is checked in two roles:
 
 NVFP4 ("nvfp4", no rule): the maximum role as above (the tensor scale is the chunk's own) with
 `reference.mx.quantize_nvfp4` on rows of one element, and the element role in blocks of 16 patterns.
-"nvfp4-given" (logged as rule "given"): the same, the kernel given the reference's tensor scale (its
-one-pass path, block maxima taken beside the scales).
+"nvfp4-given" (logged as rule "given"): the same, the kernel given the reference's tensor scale.
+"nvfp4-modelopt" (rule "modelopt"): Model Optimizer's NVFP4, kernel == `reference.mx.quantize_nvfp4_modelopt`
+(where that rule's tensor scale is Inf, NaN or 0, which the kernel leaves to the reference, the kernel is
+given it).
 
 Each finished chunk appends one JSON line to the log (format, rule, chunk, patterns checked, mismatches and
 the first few mismatching patterns); chunks already in the log are skipped, so a run can be stopped and
@@ -90,6 +92,21 @@ def _rule_check(v: np.ndarray, e: np.ndarray, nan: np.ndarray, fmt, rule: str) -
     return ~ok
 
 
+def _nvfp4_both(x, rule):
+    """(reference codes, scales, tensor scale, kernel codes, scales, tensor scale) of NVFP4 on x; ``rule``:
+    None, "given" (the kernel given the reference's tensor scale) or "modelopt" (Model Optimizer's rule; where
+    its tensor scale comes out Inf, NaN or 0 the kernel leaves x to the reference, so it is given that scale)."""
+    from qlinear.kernels import mx as km
+    from qlinear.reference import mx as ref
+
+    method = "modelopt" if rule == "modelopt" else None
+    rc, rs, rg = ref.quantize_nvfp4(x, None, method)
+    result = km.quantize_nvfp4(x, rg if rule == "given" else None, method)
+    if result is None:
+        result = km.quantize_nvfp4(x, rg, method)
+    return (rc, rs, rg, *result)
+
+
 def check_chunk(name: str, rule: str | None, chunk: int, bits: int) -> dict:
     from qlinear.kernels import mx as km
     from qlinear.reference import mx as ref
@@ -111,8 +128,7 @@ def check_chunk(name: str, rule: str | None, chunk: int, bits: int) -> dict:
         # maximum role: v alone in its block
         x = v.reshape(-1, 1)
         if name == "nvfp4":
-            rc, rs, rg = ref.quantize_nvfp4(x)
-            kc, ks, kg = km.quantize_nvfp4(x, rg if rule == "given" else None)
+            rc, rs, rg, kc, ks, kg = _nvfp4_both(x, rule)
             note(_mismatch(kc, rc).reshape(-1) | _mismatch(ks, rs).reshape(-1)
                  | bool(np.float32(kg).view(np.uint32) != np.float32(rg).view(np.uint32)), v)
         else:
@@ -132,8 +148,7 @@ def check_chunk(name: str, rule: str | None, chunk: int, bits: int) -> dict:
         # element role: 31 (NVFP4: 16) patterns per block beside a cycling maximum
         if name == "nvfp4":
             x = v.reshape(-1, 16)
-            rc, rs, rg = ref.quantize_nvfp4(x)
-            kc, ks, kg = km.quantize_nvfp4(x, rg if rule == "given" else None)
+            rc, rs, rg, kc, ks, kg = _nvfp4_both(x, rule)
             bad = _mismatch(kc, rc) | _mismatch(ks, rs).repeat(16, axis=1)
             bad |= bool(np.float32(kg).view(np.uint32) != np.float32(rg).view(np.uint32))
             note(bad.reshape(-1), v)
@@ -216,8 +231,8 @@ def main(argv=None) -> int:
     done = _done(args.log)
     jobs = []
     for name in args.formats:
-        if name == "nvfp4-given":
-            name, rules = "nvfp4", ["given"]
+        if name in ("nvfp4-given", "nvfp4-modelopt"):
+            name, rules = "nvfp4", [name.split("-")[1]]
         else:
             rules = [None] if name == "nvfp4" else args.rules
         for rule in rules:

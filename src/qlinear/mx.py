@@ -132,9 +132,9 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
                                         ref.nvfp4_scale_from_amax)
     moved = _moved(x, axis, -1)
     # the kernels (qlinear.kernels.mx), bit-identical to the reference, which runs when they are switched off
-    # (Model Optimizer's NVFP4 has no kernel: the reference, NumPy, runs)
+    # (and for the few inputs a kernel leaves to it)
     if f.name == "nvfp4":
-        result = _kernels.quantize_nvfp4(moved, global_scale) if scale_rule is None else None
+        result = _kernels.quantize_nvfp4(moved, global_scale, scale_rule)
         codes, scales, g = result if result is not None else ref.quantize_nvfp4(moved, global_scale, scale_rule)
         return _moved(codes, -1, axis), _moved(scales, -1, axis), np.asarray(g, np.float32)
     result = _kernels.quantize_mx(moved, f, scale_rule)

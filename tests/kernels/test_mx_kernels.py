@@ -283,6 +283,47 @@ def test_nvfp4_block_scales_at_every_e4m3_rounding_boundary():
     _assert_same(codes, rcodes, "codes at E4M3 boundaries", x)
 
 
+@pytest.mark.parametrize("g", [None, 1.0, 0.125, 8.0, "tiny", "huge"])
+def test_quantize_nvfp4_modelopt_equals_reference(g):
+    """Model Optimizer's NVFP4 (`scale_rule="modelopt"`): the kernel == `reference.mx.quantize_nvfp4_modelopt`
+    on every input set, with x's own tensor scale and given ones (x's times a factor; 1e-38, whose 6 g
+    leaves block scales at 2^-9 and quotients beyond 6; 3e38, whose 6 g overflows, so that an Inf block
+    maximum gives inf / inf, the CPU's default NaN with its sign bit set, 0xFF). An x holding an Inf or a
+    NaN, or all zeros, gives Model Optimizer an Inf, NaN or 0 tensor scale: the kernel leaves it to the
+    reference (None), and the public function gives the reference's result."""
+    fmt = ref.FORMATS["nvfp4"]
+    inputs = _inputs(fmt) + [_nvfp4_ties(j) for j in (-100, -20, 0, 20, 100)]
+    inputs += [r[None] for r in _random_rows(48)[::7]]
+    inputs += [np.full((2, 16), v, F32) for v in (0.0, -0.0, TINY, np.inf, np.nan)]
+    inputs += [np.array([[np.inf, 1.0, 2.0, 0.5] * 4, [3.0] * 16, [-0.0] * 16], F32),
+               np.array([[np.nan] * 16, [TINY] * 16, [-np.nan, 1.0] * 8], F32)]
+    ran = 0
+    for x in inputs:
+        with np.errstate(all="ignore"):
+            if g is None:
+                tensor_scale = None
+            elif g == "tiny":
+                tensor_scale = F32(1e-38)
+            elif g == "huge":
+                tensor_scale = F32(3e38)
+            else:
+                tensor_scale = F32(ref.nvfp4_global_scale(x) * F32(g))
+            rcodes, rscales, rg = ref.quantize_nvfp4(x, tensor_scale, "modelopt")
+        result = km.quantize_nvfp4(x, tensor_scale, "modelopt")
+        what = f"nvfp4 modelopt, g {tensor_scale!r}, x {x.shape}"
+        finite = np.isfinite(x).all() and np.abs(x).max(initial=0) > 0
+        if result is None:
+            assert tensor_scale is None and not (finite and np.isfinite(rg) and rg > 0), what
+            codes, scales, kg = mx.quantize(x, "nvfp4", scale_rule="modelopt")
+        else:
+            codes, scales, kg = result
+            ran += 1
+        assert _bits(kg) == _bits(rg), f"tensor scale, {what}"
+        _assert_same(scales, rscales, f"block scales, {what}")
+        _assert_same(codes, rcodes, f"codes, {what}", x)
+    assert ran > len(inputs) // 2  # each fallback above is an x Model Optimizer gives an Inf, NaN or 0 tensor scale
+
+
 def test_nvfp4_thresholds_derived_by_exponent_equal_the_float64_form():
     """`_nv_limits` computes three of a block's seven thresholds and moves the exponent of those for the rest
     (0.25 d, 2.5 d, 3.5 d, 5 d); `_nv_threshold` computes each in float64. Equal for d at both ends of every

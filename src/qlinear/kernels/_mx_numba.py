@@ -416,13 +416,14 @@ def _nv_amax(xs, base, length):
 
 
 def _finite_max_intrinsic(ahead: int):
-    """``finite_max(a, i)``: the largest finite magnitude's bits (as int32) over a[i:i + 256] (float32,
-    C-contiguous), Inf and NaN counting as 0: sixteen vectors reduced lane by lane, then across the lanes
-    once (per block, the reduction across lanes took longer than reading x). ``ahead`` > 0: before each
-    line is read, the line ``ahead`` bytes on is requested (which the caller keeps inside ``a``): one
-    request per line read, spread as the `prefetch_byte` calls of the codes loop are (sixteen requested
-    at once before the sixteen loads came late: 2.4-2.8 ms at 16M elements on 2 threads, where reading
-    alone takes 1.7-1.9)."""
+    """``finite_max(a, i)``: over a[i:i + 256] (float32, C-contiguous), the largest finite magnitude's bits
+    (Inf and NaN counting as 0) in the low 32 bits of the int64 result, the largest magnitude's bits (>=
+    0x7F800000: an Inf or a NaN among them) in the high 32: sixteen vectors reduced lane by lane, then
+    across the lanes once (per block, the reduction across lanes took longer than reading x). ``ahead`` > 0:
+    before each line is read, the line ``ahead`` bytes on is requested (which the caller keeps inside
+    ``a``): one request per line read, spread as the `prefetch_byte` calls of the codes loop are (sixteen
+    requested at once before the sixteen loads came late: 2.4-2.8 ms at 16M elements on 2 threads, where
+    reading alone takes 1.7-2.1)."""
 
     @intrinsic
     def finite_max(typingctx, a, i):
@@ -438,21 +439,24 @@ def _finite_max_intrinsic(ahead: int):
             prefetch = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]), "llvm.prefetch.p0")
             infinity, zero = ir.Constant(lanes, [0x7F800000] * 16), ir.Constant(lanes, [0] * 16)
-            top = None
+            top = most = None
             for j in range(16):
                 element = builder.gep(base, [builder.add(at, ir.Constant(i64, 16 * j))])
                 if ahead:
                     line = builder.gep(builder.bitcast(element, i8.as_pointer()), [ir.Constant(i64, ahead)])
                     builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-                m = builder.and_(builder.load(builder.bitcast(element, lanes.as_pointer()), align=4),
-                                 ir.Constant(lanes, [0x7FFFFFFF] * 16))
-                m = builder.select(builder.icmp_signed("<", m, infinity), m, zero)
+                every = builder.and_(builder.load(builder.bitcast(element, lanes.as_pointer()), align=4),
+                                     ir.Constant(lanes, [0x7FFFFFFF] * 16))
+                m = builder.select(builder.icmp_signed("<", every, infinity), every, zero)
                 top = m if top is None else builder.select(builder.icmp_signed(">", top, m), top, m)
+                most = every if most is None else builder.select(builder.icmp_signed(">", most, every), most, every)
             reduce = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(i32, [lanes]), "llvm.vector.reduce.smax.v16i32")
-            return builder.call(reduce, [top])
+            low = builder.zext(builder.call(reduce, [top]), i64)
+            high = builder.zext(builder.call(reduce, [most]), i64)
+            return builder.or_(builder.shl(high, ir.Constant(i64, 32)), low)
 
-        return nbtypes.int32(a, i), codegen
+        return nbtypes.int64(a, i), codegen
 
     return finite_max
 
@@ -462,10 +466,11 @@ _finite_max_256_ahead = _finite_max_intrinsic(X_AHEAD)
 
 
 @njit(**_JIT)
-def nv_finite_max_rows(x, top, row_len, start, stop):
-    """Pass 1 of NVFP4: the largest finite magnitude's bits over rows [start, stop) into ``top[start]`` (the
-    tensor scale's maximum; the caller zeroes ``top`` and takes its maximum). A plain read of x, 256
-    elements at a time, each line requested `X_AHEAD` bytes on (`_finite_max_intrinsic`).
+def nv_finite_max_rows(x, top, every, row_len, start, stop):
+    """Pass 1 of NVFP4: over rows [start, stop), the largest finite magnitude's bits into ``top[start]`` (the
+    tensor scale's maximum) and the largest magnitude's bits into ``every[start]`` (>= 0x7F800000: x holds
+    an Inf or a NaN); the caller zeroes both and takes their maxima. A plain read of x, 256 elements at a
+    time, each line requested `X_AHEAD` bytes on (`_finite_max_intrinsic`).
 
     The block maxima are not kept: pass 2 takes each group's maxima just before its scales, as it does
     with the tensor scale given. Storing them here made this pass 2.4-2.7 ms at 16M elements on 2 threads,
@@ -476,14 +481,21 @@ def nv_finite_max_rows(x, top, row_len, start, stop):
     # the 256-element runs whose requested lines lie inside x, then the rest without requests
     ahead = min(whole, max(0, (x.size - X_AHEAD // 4 - i0) // 256 * 256))
     best = np.int32(0)
+    most = np.int32(0)
     for i in range(i0, i0 + ahead, 256):
-        best = max(best, _finite_max_256_ahead(x, np.uint64(i)))
+        both = _finite_max_256_ahead(x, np.uint64(i))
+        best = max(best, np.int32(both & np.int64(0x7FFFFFFF)))
+        most = max(most, np.int32(both >> np.int64(32)))
     for i in range(i0 + ahead, i0 + whole, 256):
-        best = max(best, _finite_max_256(x, np.uint64(i)))
+        both = _finite_max_256(x, np.uint64(i))
+        best = max(best, np.int32(both & np.int64(0x7FFFFFFF)))
+        most = max(most, np.int32(both >> np.int64(32)))
     for i in range(i0 + whole, i0 + n):
         m = np.int32(np.float32(x[i]).view(np.int32) & _ABS)
         best = max(best, m if m < _INF else np.int32(0))
+        most = max(most, m)
     top[start] = best
+    every[start] = most
 
 
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)  # between the E2M1 magnitudes 0, 0.5, 1, ..., 4, 6
@@ -570,13 +582,14 @@ def _nv_code(bits, l0, l1, l2, l3, l4, l5, l6, sign_mask):
     return np.uint8(index | sign)
 
 
-def _nv_codes_ir(builder, bits, splat):
+def _nv_codes_ir(builder, bits, splat, sign=None):
     """LLVM IR: the `_nv_code` of the <16 x i32> float32 ``bits`` against one block's thresholds, ``splat(k)``
     giving threshold k (0-6) or the sign mask (7) in every lane. The count of thresholds below the magnitude
     is found by binary search, as the thresholds ascend: whether the magnitude is above threshold 3 (codes
     4-7), then above 1 or 5, then above 0, 2, 4 or 6 (three comparisons and four blends of broadcast
     thresholds where a count of seven comparisons took seven compares and masked adds, and a first
-    comparison with threshold 3 followed by three counted ones took ten instructions)."""
+    comparison with threshold 3 followed by three counted ones took ten instructions). ``sign``: the sign
+    bit as 8 or 0 per lane; None: the sign of ``bits`` masked by ``splat(7)``."""
     i32 = ir.IntType(32)
     lanes = ir.VectorType(i32, NV_BLOCK)
 
@@ -592,7 +605,8 @@ def _nv_codes_ir(builder, bits, splat):
     index = builder.or_(builder.or_(builder.select(above4, const(4), const(0)),
                                     builder.select(above2, const(2), const(0))),
                         builder.select(above1, const(1), const(0)))
-    sign = builder.and_(builder.ashr(bits, const(28)), splat(7))
+    if sign is None:
+        sign = builder.and_(builder.ashr(bits, const(28)), splat(7))
     return builder.or_(index, sign)
 
 
@@ -758,6 +772,135 @@ def nv_quantize_rows(x, codes, scales, row_len, g, e4m3, start, stop):
                 for k in range(rest):
                     cs[base + np.uint64(k)] = _nv_code(np.float32(xs[base + np.uint64(k)]).view(np.int32),
                                                        l0, l1, l2, l3, l4, l5, l6, sign_mask)
+
+
+# ----------------------------------------------------------------------------------------------- NVFP4, Model Optimizer's rule
+_MO_SCALE_MIN = np.float32(2.0**-9)  # Model Optimizer clamps block scales up to E4M3's smallest subnormal
+# Model Optimizer's code of a quotient q: #{midpoints below |q|} + [|q| is 0.75, 1.75 or 3.5], i.e. |q| > m for
+# the even midpoints and |q| >= m for the odd ones: as thresholds on |q|'s bits, m's bits and m's bits - 1
+_MO_LIMITS = tuple(int(np.float32(m).view(np.int32)) - (k % 2) for k, m in enumerate(_MIDPOINTS))
+
+
+@njit(**_JIT)
+def _nv_scale_modelopt(a, g6, g, e4m3):
+    """(E4M3 byte, d) of Model Optimizer's block scale for the block maximum's bits ``a`` (an Inf's or a
+    NaN's too): s = amax / g6 (g6 = float32(6 * g)), 0 -> 1, clamped into [2^-9, 448] (a NaN stays NaN),
+    to E4M3 nearest even (`magic_sum`, as in `_nv_scale`), a NaN with its sign; d = float32(float32(s) * g),
+    NaN for a NaN s."""
+    s = np.float32(np.int32(a).view(np.float32) / g6)
+    s = np.float32(1) if s == np.float32(0) else s
+    s = _MO_SCALE_MIN if s < _MO_SCALE_MIN else s
+    s = np.float32(448) if s > np.float32(448) else s
+    finite = s == s
+    shift, clamp, min_normal, magic_offset = e4m3[0], e4m3[1], e4m3[2], e4m3[3]
+    bits = np.float32(s if finite else np.float32(1)).view(np.int32)
+    total, magic = magic_sum(min(bits, clamp), shift, min_normal, magic_offset)
+    code = np.uint8(np.float32(total).view(np.int32) & np.int32(0xFF))
+    d = np.float32(np.float32(total - magic) * g)
+    # a NaN keeps its sign, as ml_dtypes casts it: inf / inf (an Inf block maximum, g6 overflowed) is x86's
+    # default NaN, whose sign bit is set (0xFF); a NaN maximum divided stays positive (0x7F)
+    sign = np.int32(np.int32(np.float32(s).view(np.int32) >> 24) & np.int32(0x80))
+    nan_code = np.uint8(np.int32(_E4M3_NAN) | sign)
+    return (code, d) if finite else (nan_code, np.float32(np.nan))
+
+
+@njit(**_JIT)
+def _nv_code_modelopt(v, d):
+    """Model Optimizer's E2M1 code of one element: q = float32(v / d), the sign only where q < 0 (not for
+    -0 or a NaN), and a NaN's magnitude above every threshold (code 7)."""
+    q = np.float32(np.float32(v) / d)
+    m = np.int32(np.float32(q).view(np.int32) & _ABS)
+    index = np.int32(0)
+    for limit in _MO_LIMITS:
+        index += np.int32(m > np.int32(limit))
+    return np.uint8(index + (np.int32(8) if q < np.float32(0) else np.int32(0)))
+
+
+@intrinsic
+def _nv_codes_modelopt_16(typingctx, xs, cs, base, d):
+    """`_nv_code_modelopt` of the 16 elements ``xs[base:base + 16]`` into ``cs[base:base + 16]``: one vector
+    division by d (float32, correctly rounded: Model Optimizer's torch division), then `_nv_codes_ir` on
+    the quotient's bits against the constant `_MO_LIMITS`, the sign from q < 0."""
+    if not (isinstance(xs, nbtypes.Array) and xs.dtype == nbtypes.float32 and xs.layout == "C"
+            and isinstance(cs, nbtypes.Array) and cs.dtype == nbtypes.uint8 and cs.layout == "C"
+            and d == nbtypes.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x_arr = context.make_array(signature.args[0])(context, builder, args[0])
+        c_arr = context.make_array(signature.args[1])(context, builder, args[1])
+        at = context.cast(builder, args[2], signature.args[2], nbtypes.int64)
+        i32, i8, f32 = ir.IntType(32), ir.IntType(8), ir.FloatType()
+        lanes, floats = ir.VectorType(i32, NV_BLOCK), ir.VectorType(f32, NV_BLOCK)
+        one = builder.insert_element(ir.Constant(ir.VectorType(f32, 1), ir.Undefined), args[3], ir.Constant(i32, 0))
+        divisor = builder.shuffle_vector(one, ir.Constant(ir.VectorType(f32, 1), ir.Undefined),
+                                         ir.Constant(ir.VectorType(i32, NV_BLOCK), [0] * NV_BLOCK))
+        v = builder.load(builder.bitcast(builder.gep(x_arr.data, [at]), floats.as_pointer()), align=4)
+        q = builder.fdiv(v, divisor)
+        negative = builder.fcmp_ordered("<", q, ir.Constant(floats, [0.0] * NV_BLOCK))
+        sign = builder.select(negative, ir.Constant(lanes, [8] * NV_BLOCK), ir.Constant(lanes, [0] * NV_BLOCK))
+
+        def splat(k):
+            return ir.Constant(lanes, [_MO_LIMITS[k]] * NV_BLOCK)
+
+        code = _nv_codes_ir(builder, builder.bitcast(q, lanes), splat, sign)
+        out = builder.bitcast(builder.gep(c_arr.data, [at]), ir.VectorType(i8, NV_BLOCK).as_pointer())
+        builder.store(builder.trunc(code, ir.VectorType(i8, NV_BLOCK)), out, align=1)
+        return context.get_dummy_value()
+
+    return nbtypes.void(xs, cs, base, d), codegen
+
+
+@njit(**_JIT)
+def nv_modelopt_rows(x, codes, scales, row_len, g, e4m3, start, stop):
+    """NVFP4 as TensorRT Model Optimizer 0.47 quantizes (`reference.mx.quantize_nvfp4_modelopt`), with the
+    tensor scale g: per block, the maximum (NaN for a block holding a NaN, Inf for one holding an Inf
+    and no NaN), `_nv_scale_modelopt`, and each element's code from its float32 quotient by d
+    (`_nv_codes_modelopt_16`). The same float32 operations as the reference in the same order, so every
+    special value goes as there. Blocks in groups of `NV_GROUP`, lines requested as in `nv_quantize_rows`."""
+    use_512_bit_vectors()
+    full = row_len // NV_BLOCK
+    rest = row_len - full * NV_BLOCK
+    per_row = full + (1 if rest else 0)
+    n = (stop - start) * row_len
+    i0 = start * row_len
+    xs, cs = x[i0:i0 + n], codes[i0:i0 + n]
+    ss = scales[start * per_row:stop * per_row]
+    dd = np.empty(NV_GROUP, np.float32)
+    local = np.empty(NV_GROUP, np.int32)
+    g6 = np.float32(np.float32(6) * g)
+    x_safe = x.size * 4 - X_AHEAD
+    c_safe = codes.size - X_AHEAD // 4
+    for r in range(stop - start):
+        row = r * row_len
+        srow = r * per_row
+        for first in range(0, per_row, NV_GROUP):
+            m = min(NV_GROUP, per_row - first)
+            stop_block = min(m, full - first)
+            b0 = np.uint64(srow + first)
+            _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
+            for j in range(m):
+                if local[j] < 0:  # an Inf or a NaN: the maximum of every magnitude (a NaN's bits exceed an Inf's)
+                    at = row + (first + j) * NV_BLOCK
+                    local[j], _ = _nv_amax(xs, np.uint64(at), NV_BLOCK if j < stop_block else rest)
+            for j in range(m):
+                code, d = _nv_scale_modelopt(local[np.uint64(j)], g6, g, e4m3)
+                ss[b0 + np.uint64(j)] = code
+                dd[np.uint64(j)] = d
+            end = i0 + row + (first + stop_block) * NV_BLOCK
+            ahead = end * 4 <= x_safe and end <= c_safe
+            for j in range(stop_block):
+                at = row + (first + j) * NV_BLOCK
+                if ahead:
+                    prefetch_byte(x, (i0 + at) * 4 + X_AHEAD)
+                    if j % 4 == 0:
+                        prefetch_byte(codes, i0 + at + X_AHEAD // 4, True)
+                _nv_codes_modelopt_16(xs, cs, at, dd[j])
+            if stop_block < m:
+                base = np.uint64(row + (first + stop_block) * NV_BLOCK)
+                d = dd[stop_block]
+                for k in range(rest):
+                    cs[base + np.uint64(k)] = _nv_code_modelopt(xs[base + np.uint64(k)], d)
 
 
 @njit(**_JIT)

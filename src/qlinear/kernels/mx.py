@@ -5,7 +5,8 @@ axis (any layout: a copy makes it C-contiguous):
 
 ``quantize_mx(x, fmt, rule)`` -> (codes, E8M0 scales) or None
 ``dequantize_mx(codes, scales, fmt)`` -> float32 or None
-``quantize_nvfp4(x, g=None)`` -> (codes, E4M3 block scales, float32 tensor scale) or None (g: a given tensor scale)
+``quantize_nvfp4(x, g=None, rule=None)`` -> (codes, E4M3 block scales, float32 tensor scale) or None (g: a given
+    tensor scale; rule "modelopt": Model Optimizer's NVFP4)
 ``dequantize_nvfp4(codes, block_scales, g)`` -> float32 or None
     None when no kernel runs (numba missing, or the kernels switched off with
     `qlinear.kernels.quantize_linear.use_kernels(False)`, the switch every element-wise kernel obeys); the
@@ -149,30 +150,38 @@ def _dequantize_walk(codes: np.ndarray, scales: np.ndarray, block: int):
 
 
 # ----------------------------------------------------------------------------------------------- NVFP4
-def quantize_nvfp4(x: np.ndarray, g=None):
+def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     """(codes, block scales, tensor scale); ``g``: a given float32 tensor scale (one pass over x) instead of
-    the one from x's maximum (two passes: the maximum needs all of x before any block scale)."""
-    if not kernels_enabled() or x.ndim == 0:
+    the one from x's maximum (two passes: the maximum needs all of x before any block scale). ``rule``:
+    None (the exact rule) or "modelopt" (`reference.mx.quantize_nvfp4_modelopt`); under "modelopt" a tensor
+    scale from an x holding an Inf or a NaN, or one that is 0, is left to the reference (None)."""
+    if not kernels_enabled() or x.ndim == 0 or rule not in (None, "modelopt"):
         return None
     fmt = FORMATS["nvfp4"]
     n = x.size
-    codes = _empty(x.shape, fmt.element.dtype, n)
-    scales = np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype)
     if n == 0:
-        return codes, scales, np.float32(1) if g is None else np.float32(g)
+        return (_empty(x.shape, fmt.element.dtype, 0), np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype),
+                nvfp4_scale_from_amax(np.float32(0), rule) if g is None else np.float32(g))
     k = x.shape[-1]
     row_len = _rows(n, k, fmt.block_size)
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    if g is None:  # pass 1: the largest finite magnitude (each thread's part into its first row's entry)
-        top = np.zeros(rows, np.int32)
-        threads.run_chunked(nb.nv_finite_max_rows, rows, xin, top, row_len, item_size=row_len)
+    if g is None:  # pass 1: the largest finite magnitude and the largest (each thread's part into its first row's entry)
+        top, every = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+        threads.run_chunked(nb.nv_finite_max_rows, rows, xin, top, every, row_len, item_size=row_len)
+        if rule == "modelopt" and every.max() >= 0x7F800000:
+            return None  # Model Optimizer's tensor scale is then Inf or NaN
         # the tensor scale from the largest finite magnitude, by the reference's own rule
-        g = nvfp4_scale_from_amax(top.max().view(np.float32))
+        g = nvfp4_scale_from_amax(top.max().view(np.float32), rule)
+        if g == 0:
+            return None  # under "modelopt" (the exact rule makes it 1): every block scale NaN or Inf
     g = np.float32(g)
-    threads.run_chunked(nb.nv_quantize_rows, rows, xin, codes.reshape(-1).view(np.uint8),
-                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], item_size=row_len)
+    codes = _empty(x.shape, fmt.element.dtype, n)
+    scales = np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype)
+    kernel = nb.nv_quantize_rows if rule is None else nb.nv_modelopt_rows
+    threads.run_chunked(kernel, rows, xin, codes.reshape(-1).view(np.uint8), scales.reshape(-1).view(np.uint8),
+                        row_len, g, _e4m3_args()[0], item_size=row_len)
     return codes, scales, g
 
 
