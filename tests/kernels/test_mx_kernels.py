@@ -394,8 +394,11 @@ def test_threads_split_large_inputs_alike():
     n = threads.SERIAL_BELOW * 2
     x = np.random.default_rng(23).standard_normal((n // 96, 96)).astype(F32)
     x[::1000, 5] = np.inf
+    finite = np.where(np.isinf(x), F32(7), x)  # Model Optimizer's tensor scale from an Inf is Inf: the reference's
     runs = {"mxfp4": lambda: km.quantize_mx(x, ref.FORMATS["mxfp4"], "floor"), "nvfp4": lambda: km.quantize_nvfp4(x),
-            "nvfp4, tensor scale given": lambda: km.quantize_nvfp4(x, np.float32(0.01))}
+            "nvfp4, tensor scale given": lambda: km.quantize_nvfp4(x, np.float32(0.01)),
+            "nvfp4 modelopt": lambda: km.quantize_nvfp4(finite, None, "modelopt"),
+            "nvfp4 modelopt, tensor scale given": lambda: km.quantize_nvfp4(x, np.float32(0.01), "modelopt")}
     for name, run in runs.items():
         parallel = run()
         before = threads.get_num_threads()
@@ -404,6 +407,7 @@ def test_threads_split_large_inputs_alike():
             serial = run()
         finally:
             threads.set_num_threads(before)
+        assert parallel is not None, name
         for a, b in zip(parallel, serial):
             _assert_same(a, b, f"{name}: 2 threads vs 1")
 

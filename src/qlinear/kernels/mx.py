@@ -22,12 +22,16 @@ How the arithmetic stays the reference's (`_mx_numba` has the details):
       encoder of `small_float` (MXINT8: rint(v * 2**-e * 64) clamped to +-127).
     - MX dequantize: code * 2**(e - 6 [MXINT8]) in one float32 multiplication of exact operands (2**t is a
       float32 for t >= -149), the correctly rounded product, as the reference's float64 product rounded once.
-    - NVFP4: a first pass takes each block's maximum (and each row's finite maximum, for the tensor scale),
-      the second the block scales ((amax / 6) / g in float32, min 448, E4M3 by the encoder) and the codes, by
-      comparing each magnitude's bits with seven float32 thresholds per block that make the reference's exact
-      float64 comparisons with midpoint * d (`_nv_threshold`; in float32 with an exact FMA residual where
-      d >= 2**-100, `_nv_threshold_fma`). With the tensor scale given there is no first pass: each group of
-      blocks takes its maxima just before its scales.
+    - NVFP4: a first pass reads x for its largest finite magnitude (the tensor scale; with the tensor scale
+      given there is none), the second takes, group of blocks by group, the block maxima, the block scales
+      ((amax / 6) / g in float32, min 448, E4M3 by the encoder) and the codes, by comparing each magnitude's
+      bits with seven float32 thresholds per block that make the reference's exact float64 comparisons with
+      midpoint * d (`_nv_threshold`; in float32 with an exact FMA residual where d >= 2**-100,
+      `_nv_threshold_fma`, four of the seven by moving exponents: `_nv_limits`).
+    - NVFP4 under Model Optimizer's rule: the reference's float32 operations in its order (block scale amax /
+      float32(6 g), clamped, E4M3; the quotient x / d; its code by comparisons of its bits), so special values
+      go as there; without a given tensor scale, an x holding an Inf or a NaN, or all zeros, gives that rule
+      an Inf, NaN or 0 tensor scale, and is left to the reference.
     - Where numba's loops came out scalar or behind an aliasing check (a block's maximum, NVFP4's 16 codes,
       MXINT8's 32 values), small LLVM intrinsics do the same arithmetic on one vector; `_mx_numba` says why
       for each.
