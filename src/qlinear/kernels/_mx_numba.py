@@ -698,83 +698,7 @@ def _nv_limits(d):
     return l0, _nv_threshold_fma(0.75, d, True), l2, l3, l4, l5, l6
 
 
-@njit(**_JIT)
-def nv_quantize_rows(x, codes, scales, row_len, g, e4m3, start, stop):
-    """NVFP4 with the tensor scale g (given, or from pass 1's maximum): per block, the maximum, the block
-    scale float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an Inf or a NaN), d =
-    float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of its magnitude
-    with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
-    comparisons are >=). A zero or NaN d gives +0 codes (every threshold `_NEVER`, the sign masked off).
-
-    Blocks go in groups of `NV_GROUP`: first the maxima, the scales and the seven thresholds of every block
-    of the group (one vectorised loop, three of the thresholds computed, four from them: `_nv_limits`; a
-    group with a d outside [2^-100, 2^100] takes the float64 form for all seven), then the elements.
-    Measured on one core, 256K elements (in L2), the tensor scale given: 5.2 ns a block with each threshold
-    computed in its own loop, the scales in another and the codes counted linearly, 4.4 ns so. At 16M
-    elements on 2 threads: 3.6 -> 3.2-3.3 ms."""
-    use_512_bit_vectors()
-    full = row_len // NV_BLOCK
-    rest = row_len - full * NV_BLOCK
-    per_row = full + (1 if rest else 0)
-    n = (stop - start) * row_len
-    i0 = start * row_len
-    xs, cs = x[i0:i0 + n], codes[i0:i0 + n]
-    ss = scales[start * per_row:stop * per_row]
-    limits = np.empty((8, NV_GROUP), np.int32)
-    dd = np.empty(NV_GROUP, np.float32)
-    local = np.empty(NV_GROUP, np.int32)  # the group's block maxima
-    x_safe = x.size * 4 - X_AHEAD  # the lines requested for elements below this byte lie inside x
-    c_safe = codes.size - X_AHEAD // 4
-    for r in range(stop - start):
-        row = r * row_len
-        srow = r * per_row
-        for first in range(0, per_row, NV_GROUP):
-            m = min(NV_GROUP, per_row - first)
-            stop_block = min(m, full - first)  # the whole blocks of the group
-            b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
-            _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
-            odd = False
-            for j in range(m):
-                code, d = _nv_scale(local[np.uint64(j)], g, e4m3)
-                ss[b0 + np.uint64(j)] = code
-                dd[np.uint64(j)] = d
-                usable = d > np.float32(0)
-                odd |= ((d < _FMA_SAFE) | (d > _HUGE)) & usable  # a bool: an int64 count made LLVM take 8 lanes
-                l0, l1, l2, l3, l4, l5, l6 = _nv_limits(d)
-                limits[0, np.uint64(j)] = l0
-                limits[1, np.uint64(j)] = l1
-                limits[2, np.uint64(j)] = l2
-                limits[3, np.uint64(j)] = l3
-                limits[4, np.uint64(j)] = l4
-                limits[5, np.uint64(j)] = l5
-                limits[6, np.uint64(j)] = l6
-                limits[7, np.uint64(j)] = np.int32(8) if usable else np.int32(0)  # the sign kept or not
-            if odd:
-                for k in range(7):
-                    for j in range(m):
-                        limits[k, j] = _nv_threshold(_MIDPOINTS[k], dd[j], k % 2 == 1)
-            # each block's line of x, X_AHEAD bytes on (for the maxima of a group to come, so that lines arrive
-            # while this group computes), and a line of codes per four blocks; checked once per group
-            end = i0 + row + (first + stop_block) * NV_BLOCK
-            ahead = end * 4 <= x_safe and end <= c_safe
-            for j in range(stop_block):
-                at = row + (first + j) * NV_BLOCK
-                if ahead:
-                    prefetch_byte(x, (i0 + at) * 4 + X_AHEAD)
-                    if j % 4 == 0:
-                        prefetch_byte(codes, i0 + at + X_AHEAD // 4, True)
-                _nv_codes_16(xs, cs, at, limits, j)
-            if stop_block < m:  # the row's short last block
-                j = stop_block
-                base = np.uint64(row + (first + j) * NV_BLOCK)
-                l0, l1, l2, l3 = limits[0, j], limits[1, j], limits[2, j], limits[3, j]
-                l4, l5, l6, sign_mask = limits[4, j], limits[5, j], limits[6, j], limits[7, j]
-                for k in range(rest):
-                    cs[base + np.uint64(k)] = _nv_code(np.float32(xs[base + np.uint64(k)]).view(np.int32),
-                                                       l0, l1, l2, l3, l4, l5, l6, sign_mask)
-
-
-# ----------------------------------------------------------------------------------------------- NVFP4, Model Optimizer's rule
+# Model Optimizer's NVFP4 (scale_rule="modelopt")
 _MO_SCALE_MIN = np.float32(2.0**-9)  # Model Optimizer clamps block scales up to E4M3's smallest subnormal
 # Model Optimizer's code of a quotient q: #{midpoints below |q|} + [|q| is 0.75, 1.75 or 3.5], i.e. |q| > m for
 # the even midpoints and |q| >= m for the odd ones: as thresholds on |q|'s bits, m's bits and m's bits - 1
@@ -852,12 +776,24 @@ def _nv_codes_modelopt_16(typingctx, xs, cs, base, d):
 
 
 @njit(**_JIT)
-def nv_modelopt_rows(x, codes, scales, row_len, g, e4m3, start, stop):
-    """NVFP4 as TensorRT Model Optimizer 0.47 quantizes (`reference.mx.quantize_nvfp4_modelopt`), with the
-    tensor scale g: per block, the maximum (NaN for a block holding a NaN, Inf for one holding an Inf
-    and no NaN), `_nv_scale_modelopt`, and each element's code from its float32 quotient by d
-    (`_nv_codes_modelopt_16`). The same float32 operations as the reference in the same order, so every
-    special value goes as there. Blocks in groups of `NV_GROUP`, lines requested as in `nv_quantize_rows`."""
+def nv_quantize_rows(x, codes, scales, row_len, g, e4m3, modelopt, start, stop):
+    """NVFP4 with the tensor scale g (given, or from pass 1's maximum): per block, the maximum, the block
+    scale float8_e4m3fn(min((amax / 6) / g, 448)) (NaN for a block holding an Inf or a NaN), d =
+    float32(float32(block scale) * g), and each element's E2M1 code by exact comparisons of its magnitude
+    with the midpoints of the E2M1 magnitudes times d (ties to the even code: the odd midpoints'
+    comparisons are >=). A zero or NaN d gives +0 codes (every threshold `_NEVER`, the sign masked off).
+
+    Blocks go in groups of `NV_GROUP`: first the maxima, the scales and the seven thresholds of every block
+    of the group (one vectorised loop, three of the thresholds computed, four from them: `_nv_limits`; a
+    group with a d outside [2^-100, 2^100] takes the float64 form for all seven), then the elements.
+    Measured on one core, 256K elements (in L2), the tensor scale given: 5.2 ns a block with each threshold
+    computed in its own loop, the scales in another and the codes counted linearly, 4.4 ns so. At 16M
+    elements on 2 threads: 3.6 -> 3.2-3.3 ms.
+
+    ``modelopt``: NVFP4 as TensorRT Model Optimizer 0.47 quantizes (`reference.mx.quantize_nvfp4_modelopt`)
+    instead: per block the maximum (NaN for a block holding a NaN, Inf for one holding an Inf and no NaN),
+    `_nv_scale_modelopt`, and each element's code from its float32 quotient by d (`_nv_codes_modelopt_16`):
+    the reference's float32 operations in its order, so every special value goes as there."""
     use_512_bit_vectors()
     full = row_len // NV_BLOCK
     rest = row_len - full * NV_BLOCK
@@ -866,27 +802,52 @@ def nv_modelopt_rows(x, codes, scales, row_len, g, e4m3, start, stop):
     i0 = start * row_len
     xs, cs = x[i0:i0 + n], codes[i0:i0 + n]
     ss = scales[start * per_row:stop * per_row]
+    limits = np.empty((8, NV_GROUP), np.int32)
     dd = np.empty(NV_GROUP, np.float32)
-    local = np.empty(NV_GROUP, np.int32)
-    g6 = np.float32(np.float32(6) * g)
-    x_safe = x.size * 4 - X_AHEAD
+    local = np.empty(NV_GROUP, np.int32)  # the group's block maxima
+    g6 = np.float32(np.float32(6) * g)  # Model Optimizer's divisor of the block maxima
+    x_safe = x.size * 4 - X_AHEAD  # the lines requested for elements below this byte lie inside x
     c_safe = codes.size - X_AHEAD // 4
     for r in range(stop - start):
         row = r * row_len
         srow = r * per_row
         for first in range(0, per_row, NV_GROUP):
             m = min(NV_GROUP, per_row - first)
-            stop_block = min(m, full - first)
-            b0 = np.uint64(srow + first)
+            stop_block = min(m, full - first)  # the whole blocks of the group
+            b0 = np.uint64(srow + first)  # unsigned indices: with signed ones LLVM gathered and scattered
             _nv_group_amax(xs, row + first * NV_BLOCK, m, stop_block, rest, local)
-            for j in range(m):
-                if local[j] < 0:  # an Inf or a NaN: the maximum of every magnitude (a NaN's bits exceed an Inf's)
-                    at = row + (first + j) * NV_BLOCK
-                    local[j], _ = _nv_amax(xs, np.uint64(at), NV_BLOCK if j < stop_block else rest)
-            for j in range(m):
-                code, d = _nv_scale_modelopt(local[np.uint64(j)], g6, g, e4m3)
-                ss[b0 + np.uint64(j)] = code
-                dd[np.uint64(j)] = d
+            if modelopt:
+                for j in range(m):
+                    if local[j] < 0:  # an Inf or a NaN: the maximum of every magnitude (a NaN's bits exceed an Inf's)
+                        at = row + (first + j) * NV_BLOCK
+                        local[j], _ = _nv_amax(xs, np.uint64(at), NV_BLOCK if j < stop_block else rest)
+                for j in range(m):
+                    code, d = _nv_scale_modelopt(local[np.uint64(j)], g6, g, e4m3)
+                    ss[b0 + np.uint64(j)] = code
+                    dd[np.uint64(j)] = d
+            else:
+                odd = False
+                for j in range(m):
+                    code, d = _nv_scale(local[np.uint64(j)], g, e4m3)
+                    ss[b0 + np.uint64(j)] = code
+                    dd[np.uint64(j)] = d
+                    usable = d > np.float32(0)
+                    odd |= ((d < _FMA_SAFE) | (d > _HUGE)) & usable  # a bool: an int64 count made LLVM take 8 lanes
+                    l0, l1, l2, l3, l4, l5, l6 = _nv_limits(d)
+                    limits[0, np.uint64(j)] = l0
+                    limits[1, np.uint64(j)] = l1
+                    limits[2, np.uint64(j)] = l2
+                    limits[3, np.uint64(j)] = l3
+                    limits[4, np.uint64(j)] = l4
+                    limits[5, np.uint64(j)] = l5
+                    limits[6, np.uint64(j)] = l6
+                    limits[7, np.uint64(j)] = np.int32(8) if usable else np.int32(0)  # the sign kept or not
+                if odd:
+                    for k in range(7):
+                        for j in range(m):
+                            limits[k, j] = _nv_threshold(_MIDPOINTS[k], dd[j], k % 2 == 1)
+            # each block's line of x, X_AHEAD bytes on (for the maxima of a group to come, so that lines arrive
+            # while this group computes), and a line of codes per four blocks; checked once per group
             end = i0 + row + (first + stop_block) * NV_BLOCK
             ahead = end * 4 <= x_safe and end <= c_safe
             for j in range(stop_block):
@@ -895,12 +856,22 @@ def nv_modelopt_rows(x, codes, scales, row_len, g, e4m3, start, stop):
                     prefetch_byte(x, (i0 + at) * 4 + X_AHEAD)
                     if j % 4 == 0:
                         prefetch_byte(codes, i0 + at + X_AHEAD // 4, True)
-                _nv_codes_modelopt_16(xs, cs, at, dd[j])
-            if stop_block < m:
+                if modelopt:
+                    _nv_codes_modelopt_16(xs, cs, at, dd[j])
+                else:
+                    _nv_codes_16(xs, cs, at, limits, j)
+            if stop_block < m and modelopt:
                 base = np.uint64(row + (first + stop_block) * NV_BLOCK)
-                d = dd[stop_block]
                 for k in range(rest):
-                    cs[base + np.uint64(k)] = _nv_code_modelopt(xs[base + np.uint64(k)], d)
+                    cs[base + np.uint64(k)] = _nv_code_modelopt(xs[base + np.uint64(k)], dd[stop_block])
+            elif stop_block < m:  # the row's short last block
+                j = stop_block
+                base = np.uint64(row + (first + j) * NV_BLOCK)
+                l0, l1, l2, l3 = limits[0, j], limits[1, j], limits[2, j], limits[3, j]
+                l4, l5, l6, sign_mask = limits[4, j], limits[5, j], limits[6, j], limits[7, j]
+                for k in range(rest):
+                    cs[base + np.uint64(k)] = _nv_code(np.float32(xs[base + np.uint64(k)]).view(np.int32),
+                                                       l0, l1, l2, l3, l4, l5, l6, sign_mask)
 
 
 @njit(**_JIT)

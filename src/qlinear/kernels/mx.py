@@ -164,14 +164,15 @@ def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     fmt = FORMATS["nvfp4"]
     n = x.size
     if n == 0:
-        return (_empty(x.shape, fmt.element.dtype, 0), np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype),
+        scales = np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype)
+        return (_empty(x.shape, fmt.element.dtype, 0), scales,
                 nvfp4_scale_from_amax(np.float32(0), rule) if g is None else np.float32(g))
     k = x.shape[-1]
     row_len = _rows(n, k, fmt.block_size)
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    if g is None:  # pass 1: the largest finite magnitude and the largest (each thread's part into its first row's entry)
+    if g is None:  # pass 1: the largest finite magnitude and the largest (each thread's into its first row's entry)
         top, every = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
         threads.run_chunked(nb.nv_finite_max_rows, rows, xin, top, every, row_len, item_size=row_len)
         if rule == "modelopt" and every.max() >= 0x7F800000:
@@ -183,9 +184,9 @@ def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     g = np.float32(g)
     codes = _empty(x.shape, fmt.element.dtype, n)
     scales = np.empty(_scale_shape(x.shape, fmt.block_size), fmt.scale_type.dtype)
-    kernel = nb.nv_quantize_rows if rule is None else nb.nv_modelopt_rows
-    threads.run_chunked(kernel, rows, xin, codes.reshape(-1).view(np.uint8), scales.reshape(-1).view(np.uint8),
-                        row_len, g, _e4m3_args()[0], item_size=row_len)
+    threads.run_chunked(nb.nv_quantize_rows, rows, xin, codes.reshape(-1).view(np.uint8),
+                        scales.reshape(-1).view(np.uint8), row_len, g, _e4m3_args()[0], rule == "modelopt",
+                        item_size=row_len)
     return codes, scales, g
 
 
