@@ -185,6 +185,55 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 
 @pytest.mark.parametrize("rule", [None, "modelopt"])
+def test_command_quantize_fused_weights_share_a_tensor_scale(tmp_path, capsys, rule):
+    """q/k/v and gate/up projections of one module (which vLLM fuses into one weight with one weight_scale_2)
+    get one tensor scale, from the largest of their maxima, as Model Optimizer's export gives them; o_proj,
+    down_proj and a lone sibling keep their own. Under --scale-rule modelopt each is Model Optimizer's
+    quantizer's output given that shared scale."""
+    import json
+
+    from qlinear.cli import main
+
+    rng = np.random.default_rng(13)
+    scale = {"q_proj": 1.0, "k_proj": 5.0, "v_proj": 0.2, "o_proj": 3.0, "gate_proj": 0.5, "up_proj": 2.0,
+             "down_proj": 7.0}
+    weights = {}
+    for leaf, s in scale.items():
+        module = "mlp" if leaf.endswith(("gate_proj", "up_proj", "down_proj")) else "self_attn"
+        weights[f"model.layers.0.{module}.{leaf}.weight"] = (rng.standard_normal((32, 64)) * s).astype(F32)
+    weights["model.layers.1.mlp.up_proj.weight"] = rng.standard_normal((32, 64)).astype(F32)  # no gate_proj beside it
+    source = tmp_path / "model.safetensors"
+    safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
+    output = tmp_path / "nvfp4.safetensors"
+    args = ["quantize", str(source), "--dtype", "nvfp4", "-o", str(output), "--json"]
+    assert main(args + (["--scale-rule", rule] if rule else [])) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    back = load(output)
+    groups = [[f"model.layers.0.self_attn.{leaf}.weight" for leaf in ("q_proj", "k_proj", "v_proj")],
+              [f"model.layers.0.mlp.{leaf}.weight" for leaf in ("gate_proj", "up_proj")]]
+    alone = ["model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight",
+             "model.layers.1.mlp.up_proj.weight"]
+    for group in groups + [[name] for name in alone]:
+        amax = max(float(np.abs(weights[name]).max()) for name in group)
+        g = F32(F32(amax) / F32(2688))
+        for name in group:
+            assert back[name + "_scale_2"] == g, name
+            codes, scales, _ = mx.quantize(weights[name], "nvfp4", scale_rule=rule, global_scale=g)
+            weight, weight_scale, _ = to_modelopt(codes, scales, g)
+            np.testing.assert_array_equal(back[name], weight)
+            np.testing.assert_array_equal(back[name + "_scale"].view(np.uint8), weight_scale.view(np.uint8))
+            if rule == "modelopt":  # Model Optimizer's quantizer given the shared tensor scale: the same bytes
+                q, their_scale, _ = nvfp4_tensor.NVFP4QTensor.quantize(
+                    torch.from_numpy(weights[name]), 16, weights_scaling_factor_2=torch.tensor(g))
+                np.testing.assert_array_equal(back[name], q._quantized_data.numpy())
+                np.testing.assert_array_equal(back[name + "_scale"].view(np.uint8),
+                                              their_scale.view(torch.uint8).numpy())
+            note = rows[name]["note"] or ""
+            assert ("tensor scale shared with" in note) == (len(group) > 1), (name, note)
+    assert "k_proj" in rows[groups[0][0]]["note"] and "v_proj" in rows[groups[0][0]]["note"]
+
+
+@pytest.mark.parametrize("rule", [None, "modelopt"])
 def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule, monkeypatch):
     """qlinear quantize CKPT.safetensors --dtype nvfp4: each selected weight becomes MODULE.weight (packed),
     .weight_scale and .weight_scale_2, one tensor scale per tensor (taken over the whole tensor even when it

@@ -19,7 +19,7 @@ from .errors import UserError
 from .formats import tensor_files
 from .formats.mx_checkpoint import BLOCK, BLOCK_BYTES, MXFP4Tensor, mxfp4_pairs, row_slices, to_gpt_oss
 from .formats.nvfp4_checkpoint import SCALES as NVFP4_SCALES
-from .formats.nvfp4_checkpoint import NVFP4Tensor, nvfp4_names, nvfp4_triples, to_modelopt
+from .formats.nvfp4_checkpoint import NVFP4Tensor, fused_groups, nvfp4_names, nvfp4_triples, to_modelopt
 from .formats.tensor_files import SafetensorsReader, SafetensorsWriter
 from .plan import Choice, Quantized, Stats
 from .quantization import quantize_mx
@@ -110,6 +110,17 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
                                                         "scale_rule": settings.scale_rule or (
                                                             "floor" if fmt.name == "mxfp4" else "exact"),
                                                         "tensors": meta})}
+    # NVFP4: the weights an inference engine fuses (q/k/v, gate/up) take one tensor scale, from the largest of
+    # their maxima (nvfp4_checkpoint.FUSED_SIBLINGS); the others each their own, taken just before they are written
+    shared, sharing = {}, {}
+    if fmt.name == "nvfp4":
+        by_name = {c.found.name: c.found for c in choices if c.quantized}
+        for group in fused_groups(list(by_name)):
+            amax = np.max([_nvfp4_amax(reader, by_name[name], settings.scale_rule) for name in group])
+            g = mx_reference.nvfp4_scale_from_amax(amax, settings.scale_rule)
+            for name in group:
+                shared[name] = g
+                sharing[name] = ", ".join(other for other in group if other != name)
     rows = []
     total = sum(c.found.nbytes for c in choices if c.quantized)
     with report.progress(total, f"quantizing {source.name}") as advance, atomic_output(output) as f:
@@ -121,12 +132,13 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
                 rows.append(report.copied_row(found, choice.reason))
                 continue
             x = reader.array(found)
-            # NVFP4's tensor scale is the whole tensor's: one reading of x, band by band, before the bands
+            # NVFP4's tensor scale is the whole tensor's (or its fused group's): one reading of x before the bands
             g = None
             if fmt.name == "nvfp4":
-                maxima = [mx_reference.nvfp4_amax(x[rows_slice], settings.scale_rule)
-                          for rows_slice in row_slices(found.shape, found.nbytes, fraction=4)]
-                g = mx_reference.nvfp4_scale_from_amax(np.max(maxima), settings.scale_rule)
+                g = shared.get(found.name)
+                if g is None:
+                    g = mx_reference.nvfp4_scale_from_amax(_nvfp4_amax(reader, found, settings.scale_rule, x),
+                                                           settings.scale_rule)
             release = tensor_files.page_releaser(x, found)
             stats, scale_parts = Stats(), []
             parts = writes.parts(found.name, tuple(found.shape))
@@ -159,9 +171,21 @@ def quantize_file(source: Path, output: Path, kind: str, settings) -> dict:
             rows.append(report.quantized_row(choice, settings.qtype, after,
                                              Quantized(np.zeros(0, np.float32), np.zeros((), np.int8), stats),
                                              to=fmt.name))
+            if found.name in sharing:
+                note = f"tensor scale shared with {sharing[found.name]} (fused by inference engines)"
+                rows[-1]["note"] = "; ".join(filter(None, (rows[-1]["note"], note)))
         writer.close()
     reader.close()
     return report.summary("quantize", source, output, rows, qtype=fmt.name)
+
+
+def _nvfp4_amax(reader, found, rule, x=None):
+    """The maximum NVFP4's tensor scale comes from (`reference.mx.nvfp4_amax` under ``rule``) of a tensor, read
+    band by band (``x``: the tensor's array, when the caller has it)."""
+    x = reader.array(found) if x is None else x
+    maxima = [mx_reference.nvfp4_amax(x[rows_slice], rule)
+              for rows_slice in row_slices(found.shape, found.nbytes, fraction=4)]
+    return np.max(maxima)
 
 
 class _Group:

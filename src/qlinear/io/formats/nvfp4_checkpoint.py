@@ -175,6 +175,42 @@ def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
     return triples
 
 
+# Linear layers that inference engines fuse into one GEMM (they share an input), by the names Hugging Face models
+# give them. vLLM keeps one weight_scale_2 for such a fused weight: the largest of the shards' for q/k/v and
+# gate/up (`ModelOptNvFp4LinearMethod`), the gate's for a mixture-of-experts w13 (`ModelOptNvFp4FusedMoE`, which
+# warns "w1_weight_scale_2 must match w3_weight_scale_2"), so a shard quantized against another tensor scale
+# decodes wrongly there. Model Optimizer's export gives them one (the largest amax: `preprocess_linear_fusion`).
+FUSED_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("w1", "w3"))
+
+
+def fused_groups(names) -> list[tuple[str, ...]]:
+    """The groups of two or more weights among ``names`` that are siblings of one `FUSED_SIBLINGS` family under
+    one module (``P.q_proj.weight``, ``P.k_proj.weight``, ``P.v_proj.weight``: P the same), in the family's order.
+
+    >>> for group in fused_groups(["m.attn.q_proj.weight", "m.attn.k_proj.weight", "m.attn.v_proj.weight",
+    ...                            "m.attn.o_proj.weight", "m.mlp.gate_proj.weight", "m.mlp.up_proj.weight",
+    ...                            "n.mlp.up_proj.weight"]):
+    ...     print(group)
+    ('m.attn.q_proj.weight', 'm.attn.k_proj.weight', 'm.attn.v_proj.weight')
+    ('m.mlp.gate_proj.weight', 'm.mlp.up_proj.weight')
+    """
+    present = set(names)
+    groups, seen = [], set()
+    for name in names:
+        parts = name.rsplit(".", 2)
+        if len(parts) != 3 or parts[2] != "weight":
+            continue
+        prefix, leaf, _ = parts
+        for family in FUSED_SIBLINGS:
+            if leaf in family:
+                members = tuple(f"{prefix}.{sibling}.weight" for sibling in family
+                                if f"{prefix}.{sibling}.weight" in present)
+                if len(members) > 1 and members not in seen:
+                    seen.add(members)
+                    groups.append(members)
+    return groups
+
+
 def read_nvfp4_checkpoint(path) -> Checkpoint:
     """Read a safetensors checkpoint in Model Optimizer's NVFP4 layout: ``{NAME: NVFP4Tensor | np.ndarray}``.
 
@@ -185,4 +221,5 @@ def read_nvfp4_checkpoint(path) -> Checkpoint:
     return read_grouped(path, nvfp4_triples, lambda weight, names, arrays: NVFP4Tensor(*arrays))
 
 
-__all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_names", "nvfp4_triples", "read_nvfp4_checkpoint"]
+__all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_names", "nvfp4_triples", "read_nvfp4_checkpoint",
+           "FUSED_SIBLINGS", "fused_groups"]
