@@ -15,6 +15,7 @@ import numpy as np
 from .. import calibrate
 from ..dtypes import ElementType
 from ..granularity import Granularity
+from ..kernels.calibration_stats import agreement
 from ..ops.quantize_linear import dequantize_linear, quantize_linear
 from ..packing import packed_size, unpack
 from .chunks import as_rows, chunk_granularity, combine, param_rows, row_chunks
@@ -45,12 +46,10 @@ def quantize_tensor(x, gran: Granularity, qtype: ElementType, scale: np.ndarray,
         chunk_scale = scale if scalar else param_rows(scale, gran, start, stop)
         chunk_zero = zero_point if scalar else param_rows(zero_point, gran, start, stop)
         q, restored = quantize_chunk(chunk, chunk_scale, chunk_zero if qtype.is_integer else None, qtype, attrs)
-        error = chunk.astype(np.float64) - restored.astype(np.float64)
-        squared = error * error
-        stats.signal += float(np.sum(np.square(chunk, dtype=np.float64)))
-        stats.noise += float(np.sum(squared))
-        stats.max_abs_error = max(stats.max_abs_error, float(np.max(np.abs(error))))
+        _add_error(stats, chunk, restored)
         if plot:
+            error = chunk.astype(np.float64) - restored.astype(np.float64)
+            squared = error * error
             cgran = chunk_granularity(gran, chunk.shape)
             stats.histogram += np.histogram(chunk.astype(np.float64), bins=stats.edges)[0]
             noises.append(calibrate.reduce_groups(squared, cgran, "sum"))
@@ -67,6 +66,23 @@ def quantize_tensor(x, gran: Granularity, qtype: ElementType, scale: np.ndarray,
 
 
 _OWN_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _add_error(stats: Stats, x: np.ndarray, restored: np.ndarray) -> None:
+    """Add a chunk's sum x^2, sum (x - restored)^2 and max |x - restored| (float64) to ``stats``, through
+    `kernels.calibration_stats.agreement` (one pass, no float64 temporaries; float16 and bfloat16 go in as
+    float32, which holds them exactly). In NumPy these figures took half of `qlinear quantize`'s time on a
+    bfloat16 checkpoint (NVFP4, 721M weights: 12.9 s in all, 6.7 s with the kernel). The kernel's sums run
+    in another order than NumPy's: the report's last digits may differ."""
+    if x.size == 0:
+        return
+    if x.dtype != restored.dtype or x.dtype not in (np.float32, np.float64):
+        wide = np.float64 if np.float64 in (x.dtype, restored.dtype) else np.float32
+        x, restored = x.astype(wide), restored.astype(wide)
+    signal, noise, worst = agreement(x, restored)
+    stats.signal += signal
+    stats.noise += noise
+    stats.max_abs_error = max(stats.max_abs_error, worst)
 
 
 def quantize_chunk(x, scale, zero_point, qtype: ElementType, attrs: dict):
@@ -160,10 +176,7 @@ def quantize_mx(x, gran: Granularity, fmt, scale_rule: str | None, output_dtype:
         codes, scales = onnx_scales(xf, codes, scales, fmt, gran.axis)
     restored = dequantize_mx(codes, scales, global_scale, gran, output_dtype)
     stats = Stats()
-    error = np.asarray(x).astype(np.float64) - restored.astype(np.float64)
-    stats.signal = float(np.sum(np.square(np.asarray(x), dtype=np.float64)))
-    stats.noise = float(np.sum(error * error))
-    stats.max_abs_error = float(np.max(np.abs(error))) if error.size else 0.0
+    _add_error(stats, np.asarray(x), restored)
     return MXQuantized(codes, scales, global_scale, stats)
 
 
