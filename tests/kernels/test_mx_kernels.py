@@ -324,6 +324,24 @@ def test_quantize_nvfp4_modelopt_equals_reference(g):
     assert ran > len(inputs) // 2  # each fallback above is an x Model Optimizer gives an Inf, NaN or 0 tensor scale
 
 
+def test_nvfp4_amax_equals_reference():
+    """`kernels.mx.nvfp4_amax` (the first pass alone, which the checkpoint writer takes a tensor's maximum from)
+    == `reference.mx.nvfp4_amax` under both rules on every input set, bit for bit; under "modelopt" an x
+    holding an Inf or a NaN is the reference's (None)."""
+    fmt = ref.FORMATS["nvfp4"]
+    inputs = _inputs(fmt) + [np.full((2, 16), v, F32) for v in (0.0, -0.0, TINY, np.inf, -np.inf, np.nan)]
+    inputs += [np.array([7.0, -8.0, 3.0], F32), np.arange(-300, 301, dtype=F32)]
+    for x in inputs:
+        for rule in (None, "modelopt"):
+            kernel = km.nvfp4_amax(x, rule)
+            with np.errstate(all="ignore"):
+                reference = ref.nvfp4_amax(x, rule)
+            if kernel is None:
+                assert x.size == 0 or (rule == "modelopt" and not np.isfinite(x).all()), (x.shape, rule)
+            else:
+                assert _bits(kernel) == _bits(reference), (x.shape, rule)
+
+
 def test_nvfp4_thresholds_derived_by_exponent_equal_the_float64_form():
     """`_nv_limits` computes three of a block's seven thresholds and moves the exponent of those for the rest
     (0.25 d, 2.5 d, 3.5 d, 5 d); `_nv_threshold` computes each in float64. Equal for d at both ends of every

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from ..granularity import Granularity
+from ..kernels import mx as mx_kernels
 from ..reference import mx as mx_reference
 from . import report, select
 from .atomic import atomic_output
@@ -183,8 +184,11 @@ def _nvfp4_amax(reader, found, rule, x=None):
     """The maximum NVFP4's tensor scale comes from (`reference.mx.nvfp4_amax` under ``rule``) of a tensor, read
     band by band (``x``: the tensor's array, when the caller has it)."""
     x = reader.array(found) if x is None else x
-    maxima = [mx_reference.nvfp4_amax(x[rows_slice], rule)
-              for rows_slice in row_slices(found.shape, found.nbytes, fraction=4)]
+    maxima = []
+    for rows_slice in row_slices(found.shape, found.nbytes, fraction=4):
+        band = np.asarray(x[rows_slice], np.float32)
+        amax = mx_kernels.nvfp4_amax(band, rule)  # None: the reference's
+        maxima.append(mx_reference.nvfp4_amax(band, rule) if amax is None else amax)
     return np.max(maxima)
 
 

@@ -8,6 +8,7 @@ axis (any layout: a copy makes it C-contiguous):
 ``quantize_nvfp4(x, g=None, rule=None)`` -> (codes, E4M3 block scales, float32 tensor scale) or None (g: a given
     tensor scale; rule "modelopt": Model Optimizer's NVFP4)
 ``dequantize_nvfp4(codes, block_scales, g)`` -> float32 or None
+``nvfp4_amax(x, rule=None)`` -> the maximum NVFP4's tensor scale comes from (`reference.mx.nvfp4_amax`) or None
     None when no kernel runs (numba missing, or the kernels switched off with
     `qlinear.kernels.quantize_linear.use_kernels(False)`, the switch every element-wise kernel obeys); the
     caller then runs the reference.
@@ -154,6 +155,25 @@ def _dequantize_walk(codes: np.ndarray, scales: np.ndarray, block: int):
 
 
 # ----------------------------------------------------------------------------------------------- NVFP4
+def _finite_and_every_max(x: np.ndarray, row_len: int) -> tuple[np.int32, np.int32]:
+    """NVFP4's pass 1 over x (flat float32): the largest finite magnitude's bits and the largest magnitude's."""
+    rows = x.size // row_len
+    top, every = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+    threads.run_chunked(_numba().nv_finite_max_rows, rows, x, top, every, row_len, item_size=row_len)
+    return top.max(), every.max()
+
+
+def nvfp4_amax(x: np.ndarray, rule: str | None = None):
+    """`reference.mx.nvfp4_amax(x, rule)` by the first pass of `quantize_nvfp4`, or None where no kernel runs
+    (and, under "modelopt", for an x holding an Inf or a NaN, whose maximum is then the reference's)."""
+    if not kernels_enabled() or x.ndim == 0 or x.size == 0 or rule not in (None, "modelopt"):
+        return None
+    top, every = _finite_and_every_max(_prepare(x), _rows(x.size, x.shape[-1], FORMATS["nvfp4"].block_size))
+    if rule == "modelopt" and every >= 0x7F800000:
+        return None
+    return top.view(np.float32)
+
+
 def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     """(codes, block scales, tensor scale); ``g``: a given float32 tensor scale (one pass over x) instead of
     the one from x's maximum (two passes: the maximum needs all of x before any block scale). ``rule``:
@@ -172,13 +192,12 @@ def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    if g is None:  # pass 1: the largest finite magnitude and the largest (each thread's into its first row's entry)
-        top, every = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-        threads.run_chunked(nb.nv_finite_max_rows, rows, xin, top, every, row_len, item_size=row_len)
-        if rule == "modelopt" and every.max() >= 0x7F800000:
+    if g is None:  # pass 1: the largest finite magnitude and the largest
+        top, every = _finite_and_every_max(xin, row_len)
+        if rule == "modelopt" and every >= 0x7F800000:
             return None  # Model Optimizer's tensor scale is then Inf or NaN
         # the tensor scale from the largest finite magnitude, by the reference's own rule
-        g = nvfp4_scale_from_amax(top.max().view(np.float32), rule)
+        g = nvfp4_scale_from_amax(top.view(np.float32), rule)
         if g == 0:
             return None  # under "modelopt" (the exact rule makes it 1): every block scale NaN or Inf
     g = np.float32(g)
@@ -203,4 +222,4 @@ def dequantize_nvfp4(codes: np.ndarray, block_scales: np.ndarray, g):
     return out
 
 
-__all__ = ["HAVE_NUMBA", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
+__all__ = ["HAVE_NUMBA", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4", "nvfp4_amax"]
