@@ -15,6 +15,7 @@ import numpy as np
 from .. import calibrate
 from ..dtypes import ElementType
 from ..granularity import Granularity
+from ..kernels import bfloat16
 from ..kernels.calibration_stats import agreement
 from ..ops.quantize_linear import dequantize_linear, quantize_linear
 from ..packing import packed_size, unpack
@@ -98,7 +99,7 @@ def quantize_chunk(x, scale, zero_point, qtype: ElementType, attrs: dict):
         q = quantize_linear(xq, scale, output_dtype=qtype.onnx_name, **attrs)
         restored = dequantize_linear(q, scale, **attrs)
     if x.dtype in _OWN_TYPES and restored.dtype != x.dtype:
-        restored = restored.astype(x.dtype)
+        restored = bfloat16.cast(restored, x.dtype)
     return q, restored
 
 
@@ -136,7 +137,7 @@ def dequantize_tensor(values, qtype: ElementType, shape: tuple[int, ...], scale:
         if zero_point is not None and qtype.is_integer:
             chunk_zero = zero_point if scalar else param_rows(zero_point, gran, start, stop)
         restored = dequantize_linear(q, chunk_scale, chunk_zero, **attrs)
-        restored = restored.astype(output_dtype)
+        restored = bfloat16.cast(restored, output_dtype)
         sink(restored.reshape(()) if scalar else restored)
         if progress is not None:
             progress(count * np.dtype(output_dtype).itemsize)
@@ -215,4 +216,4 @@ def dequantize_mx(codes, scales, global_scale, gran: Granularity, output_dtype: 
     if global_scale is None:
         return dequantize_linear(codes, scales, output_dtype=output_dtype, opset=28, **attrs)
     block_scales = dequantize_linear(scales, np.asarray(global_scale, np.float32), opset=23)
-    return dequantize_linear(codes, block_scales, opset=23, **attrs).astype(output_dtype)
+    return bfloat16.cast(dequantize_linear(codes, block_scales, opset=23, **attrs), output_dtype)

@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from ... import mx
+from ...kernels import bfloat16
 from ..atomic import atomic_output
 from ..errors import UserError
 from .tensor_files import SAFETENSORS_CODES, Planned, SafetensorsReader, SafetensorsWriter
@@ -152,7 +153,8 @@ class MXFP4Tensor:
         bfloat16 (gpt-oss's own choice) holds every finite MXFP4 value exactly, as float32 does: both have
         e8m0's exponent range and at least e2m1's mantissa bit."""
 
-        return np.asarray(mx.dequantize(self.codes, self.scales, axis=-1)).astype(dtype, copy=False)
+        values = np.asarray(mx.dequantize(self.codes, self.scales, axis=-1))
+        return values if values.dtype == np.dtype(dtype) else bfloat16.cast(values, dtype)
 
     @property
     def scale_shape(self) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from ... import mx
+from ...kernels import bfloat16
 from .mx_checkpoint import Checkpoint, _code, read_grouped
 
 BLOCK = 16  # values per NVFP4 block
@@ -134,10 +135,10 @@ class NVFP4Tensor:
         ``dtype`` (bfloat16, the type Model Optimizer's checkpoints decode to, by default)."""
         codes, scales, g = from_modelopt(self.weight, self.weight_scale, self.weight_scale_2)
         if g.ndim == 0:
-            return mx.dequantize(codes, scales, global_scale=g).astype(dtype)
+            return bfloat16.cast(mx.dequantize(codes, scales, global_scale=g), dtype)
         out = np.empty(codes.shape, dtype)
         for index in np.ndindex(g.shape):  # one tensor scale per expert
-            out[index] = mx.dequantize(codes[index], scales[index], global_scale=g[index]).astype(dtype)
+            out[index] = bfloat16.cast(mx.dequantize(codes[index], scales[index], global_scale=g[index]), dtype)
         return out
 
     def __repr__(self) -> str:
