@@ -20,7 +20,8 @@ def round_to_bfloat16(u, out, start, stop):
         # every step cast back to uint32: numba widens integer arithmetic to 64 bits, which halved the lanes
         v = src[i]
         high = np.uint32(v >> np.uint32(16))
-        rounded = np.uint32(np.uint32(np.uint32(v + np.uint32(0x7FFF)) + np.uint32(high & np.uint32(1))) >> np.uint32(16))
+        biased = np.uint32(np.uint32(v + np.uint32(0x7FFF)) + np.uint32(high & np.uint32(1)))
+        rounded = np.uint32(biased >> np.uint32(16))
         quiet = np.uint32(np.uint32(high & np.uint32(0x8000)) | np.uint32(0x7FC0))
         nan = np.uint32(v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
         dst[i] = np.uint16(quiet if nan else rounded)
