@@ -184,16 +184,27 @@ def test_command_dequantize_model_optimizer_checkpoint(tmp_path, capsys, checkpo
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 
+def _quantize_command(tmp_path, capsys, weights: dict, rule):
+    """``qlinear quantize model.safetensors --dtype nvfp4 [--scale-rule rule] --json`` on ``weights``: (the report's
+    rows by name, the output path)."""
+    import json
+
+    from qlinear.cli import main
+
+    source = tmp_path / "model.safetensors"
+    safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
+    output = tmp_path / "nvfp4.safetensors"
+    args = ["quantize", str(source), "--dtype", "nvfp4", "-o", str(output), "--json"]
+    assert main(args + (["--scale-rule", rule] if rule else [])) == 0
+    return {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}, output
+
+
 @pytest.mark.parametrize("rule", [None, "modelopt"])
 def test_command_quantize_fused_weights_share_a_tensor_scale(tmp_path, capsys, rule):
     """q/k/v and gate/up projections of one module (which vLLM fuses into one weight with one weight_scale_2)
     get one tensor scale, from the largest of their maxima, as Model Optimizer's export gives them; o_proj,
     down_proj and a lone sibling keep their own. Under --scale-rule modelopt each is Model Optimizer's
     quantizer's output given that shared scale."""
-    import json
-
-    from qlinear.cli import main
-
     rng = np.random.default_rng(13)
     scale = {"q_proj": 1.0, "k_proj": 5.0, "v_proj": 0.2, "o_proj": 3.0, "gate_proj": 0.5, "up_proj": 2.0,
              "down_proj": 7.0}
@@ -202,12 +213,7 @@ def test_command_quantize_fused_weights_share_a_tensor_scale(tmp_path, capsys, r
         module = "mlp" if leaf.endswith(("gate_proj", "up_proj", "down_proj")) else "self_attn"
         weights[f"model.layers.0.{module}.{leaf}.weight"] = (rng.standard_normal((32, 64)) * s).astype(F32)
     weights["model.layers.1.mlp.up_proj.weight"] = rng.standard_normal((32, 64)).astype(F32)  # no gate_proj beside it
-    source = tmp_path / "model.safetensors"
-    safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
-    output = tmp_path / "nvfp4.safetensors"
-    args = ["quantize", str(source), "--dtype", "nvfp4", "-o", str(output), "--json"]
-    assert main(args + (["--scale-rule", rule] if rule else [])) == 0
-    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    rows, output = _quantize_command(tmp_path, capsys, weights, rule)
     back = load(output)
     groups = [[f"model.layers.0.self_attn.{leaf}.weight" for leaf in ("q_proj", "k_proj", "v_proj")],
               [f"model.layers.0.mlp.{leaf}.weight" for leaf in ("gate_proj", "up_proj")]]
@@ -239,8 +245,6 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
     .weight_scale and .weight_scale_2, one tensor scale per tensor (taken over the whole tensor even when it
     is quantized a band of rows at a time); with --scale-rule modelopt they are Model Optimizer's own bytes.
     qlinear dequantize brings back the dtypes the weights had."""
-    import json
-
     from qlinear.cli import main
     from qlinear.io.formats import mx_checkpoint
 
@@ -251,12 +255,7 @@ def test_command_quantize_writes_model_optimizers_layout(tmp_path, capsys, rule,
                "model.fc.bias": rng.standard_normal(64).astype(np.float32),
                "model.odd.weight": rng.standard_normal((4, 40)).astype(np.float32),
                "model.experts.weight": rng.standard_normal((3, 32, 64)).astype(ml_dtypes.bfloat16)}
-    source = tmp_path / "model.safetensors"
-    safetensors_numpy.save_file(weights, str(source), metadata={"format": "pt"})
-    output = tmp_path / "nvfp4.safetensors"
-    args = ["quantize", str(source), "--dtype", "nvfp4", "-o", str(output), "--json"]
-    assert main(args + (["--scale-rule", rule] if rule else [])) == 0
-    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    rows, output = _quantize_command(tmp_path, capsys, weights, rule)
     assert rows["model.proj.weight"]["to"] == "nvfp4" and not rows["model.odd.weight"]["quantized"]
     assert "16-element blocks" in rows["model.odd.weight"]["note"]
     back = load(output)
