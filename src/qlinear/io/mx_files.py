@@ -20,7 +20,8 @@ from .errors import UserError
 from .formats import tensor_files
 from .formats.mx_checkpoint import BLOCK, BLOCK_BYTES, MXFP4Tensor, mxfp4_pairs, row_slices, to_gpt_oss
 from .formats.nvfp4_checkpoint import SCALES as NVFP4_SCALES
-from .formats.nvfp4_checkpoint import NVFP4Tensor, fused_groups, nvfp4_names, nvfp4_triples, to_modelopt
+from .formats.nvfp4_checkpoint import (CompressedNVFP4Tensor, NVFP4Tensor, compressed_triples, fused_groups,
+                                       nvfp4_names, nvfp4_triples, to_modelopt)
 from .formats.tensor_files import SafetensorsReader, SafetensorsWriter
 from .plan import Choice, Quantized, Stats
 from .quantization import quantize_mx
@@ -192,8 +193,12 @@ def _nvfp4_amax(reader, found, rule, x=None):
     return np.max(maxima)
 
 
+COMPRESSED_LABEL = "nvfp4 (compressed-tensors)"
+
+
 class _Group:
-    """One quantized tensor of a checkpoint: gpt-oss's MXFP4 pair or Model Optimizer's NVFP4 triple."""
+    """One quantized tensor of a checkpoint: gpt-oss's MXFP4 pair, Model Optimizer's NVFP4 triple or
+    compressed-tensors' (``MODULE.weight_packed``, ``_scale``, ``_global_scale``)."""
 
     def __init__(self, name: str, members: tuple[str, ...], label: str, separator: str = "."):
         self.name, self.members, self.label, self.separator = name, members, label, separator
@@ -204,7 +209,8 @@ class _Group:
             blocks, scale_bytes = arrays
             return MXFP4Tensor(blocks[rows], scale_bytes[rows], self.separator)
         weight, weight_scale, g = arrays  # an NVFP4 tensor scale per expert follows the rows
-        return NVFP4Tensor(weight[rows], weight_scale[rows], g[rows] if np.ndim(g) and np.size(g) > 1 else g)
+        kind = CompressedNVFP4Tensor if self.label == COMPRESSED_LABEL else NVFP4Tensor
+        return kind(weight[rows], weight_scale[rows], g[rows] if np.ndim(g) and np.size(g) > 1 else g)
 
 
 def _groups(reader) -> dict[str, _Group]:
@@ -214,26 +220,29 @@ def _groups(reader) -> dict[str, _Group]:
     try:
         pairs = mxfp4_pairs(reader.entries)
         triples = nvfp4_triples(reader.entries)
+        compressed = compressed_triples(reader.entries)
     except ValueError as error:
         raise UserError(f"{reader.path}: {error}") from None
     groups = {base: _Group(base, (blocks, scales), "mxfp4", separator)
               for base, (blocks, scales, separator) in pairs.items()}
     groups.update({weight: _Group(weight, names, "nvfp4") for weight, names in triples.items()})
+    groups.update({weight: _Group(weight, names, COMPRESSED_LABEL) for weight, names in compressed.items()})
     return groups
 
 
 def dequantizes(reader) -> bool:
     """Whether `qlinear dequantize` reads ``reader``'s file as a microscaling checkpoint: a safetensors file
-    with gpt-oss's MXFP4 pairs or Model Optimizer's NVFP4 triples and no metadata of qlinear's own Q/DQ format."""
+    with gpt-oss's MXFP4 pairs or NVFP4 triples (Model Optimizer's or compressed-tensors') and no metadata of
+    qlinear's own Q/DQ format."""
     if not isinstance(reader, SafetensorsReader) or "qlinear" in reader.metadata:
         return False
     return bool(_groups(reader))
 
 
 def dequantize_file(source: Path, reader, output: Path, out_kind: str) -> dict:
-    """`qlinear dequantize` of an MXFP4 checkpoint in gpt-oss's layout or an NVFP4 one in Model Optimizer's:
-    each quantized tensor becomes its values under its name (the dtype it was quantized from, when qlinear
-    wrote it; else bfloat16, as gpt-oss and Model Optimizer's checkpoints decode), the rest is copied."""
+    """`qlinear dequantize` of an MXFP4 checkpoint in gpt-oss's layout or an NVFP4 one in Model Optimizer's or
+    compressed-tensors': each quantized tensor becomes its values under its name (the dtype it was quantized
+    from, when qlinear wrote it; else bfloat16, as these checkpoints decode), the rest is copied."""
     groups = _groups(reader)
     recorded = _recorded(source, reader.metadata)
     entries = {entry.name: entry for entry in reader.entries}

@@ -176,6 +176,81 @@ def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
     return triples
 
 
+# llm-compressor's NVFP4 (compressed-tensors' "nvfp4-pack-quantized" format, which vLLM loads too): a quantized
+# MODULE.weight is stored as MODULE.weight_packed (uint8, the same packing as Model Optimizer's),
+# MODULE.weight_scale (float8_e4m3fn block scales) and MODULE.weight_global_scale (float32, shape (1,)), by which
+# the block scales are divided: its decoder computes code * float32(float32(block scale) / global scale), then
+# casts to bfloat16 (compressed-tensors 0.20.1, NVFP4PackedCompressor.decompress: forward_helpers._dequantize;
+# checked against it in tests/io/test_nvfp4_checkpoint.py).
+COMPRESSED_SUFFIXES = ("_packed", "_scale", "_global_scale")
+
+
+def compressed_names(name: str) -> tuple[str, str, str]:
+    """compressed-tensors' names of an NVFP4 weight's three parts: ``NAME_packed``, ``NAME_scale``,
+    ``NAME_global_scale`` (``MODULE.weight_packed``, ... for ``MODULE.weight``)."""
+    return tuple(name + suffix for suffix in COMPRESSED_SUFFIXES)
+
+
+def compressed_triples(entries) -> dict[str, tuple[str, str, str]]:
+    """The NVFP4 weights in compressed-tensors' layout among a file's tensors: ``{NAME: compressed_names(NAME)}``
+    for each U8 ``NAME_packed`` with an F8_E4M3 ``NAME_scale`` and an F32 ``NAME_global_scale``; shapes or types
+    that do not fit are a ValueError naming the weight."""
+    by_name = {entry.name: entry for entry in entries}
+    triples = {}
+    for name, entry in by_name.items():
+        if not name.endswith("_global_scale"):
+            continue
+        base = name[: -len("_global_scale")]
+        packed, scale = by_name.get(base + "_packed"), by_name.get(base + "_scale")
+        if packed is None or scale is None or not base:
+            continue
+        codes = (_code(packed), _code(scale), _code(entry))
+        if codes != ("U8", "F8_E4M3", "F32"):
+            raise ValueError(f"NVFP4 weight {base!r} (compressed-tensors): its _packed, _scale and _global_scale must "
+                             f"be U8, F8_E4M3 and F32, got {', '.join(map(str, codes))}")
+        shape, scale_shape = tuple(packed.shape), tuple(scale.shape)
+        if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
+            raise ValueError(f"NVFP4 weight {base!r} (compressed-tensors): {base + '_packed'!r} must have shape "
+                             f"S + (K/2,) and {base + '_scale'!r} S + (K/16,), got {list(shape)} and {list(scale_shape)}")
+        triples[base] = compressed_names(base)
+    return triples
+
+
+class CompressedNVFP4Tensor:
+    """One NVFP4 weight as compressed-tensors stores it: ``(weight_packed, weight_scale, weight_global_scale)``
+    (the global scale one value of shape (1,) or (), or one per leading index, e.g. per expert).
+
+    >>> import numpy as np, ml_dtypes
+    >>> packed = np.array([[0x21] + [0] * 7], np.uint8)          # codes 1 (0.5) and 2 (1.0), then zeros
+    >>> t = CompressedNVFP4Tensor(packed, np.array([[3.0]], ml_dtypes.float8_e4m3fn), np.array([4.0], np.float32))
+    >>> t.dequantize()[0, :3].astype(np.float32)                # code * float32(3 / 4), then bfloat16
+    array([0.375, 0.75 , 0.   ], dtype=float32)
+    """
+
+    def __init__(self, weight_packed, weight_scale, weight_global_scale):
+        weight_packed, weight_scale = np.asarray(weight_packed), np.asarray(weight_scale)
+        g = np.asarray(weight_global_scale)
+        if weight_scale.dtype == np.uint8:
+            weight_scale = weight_scale.view(SCALES)
+        if g.ndim == 1 and g.size == 1 and weight_packed.ndim >= 1:
+            g = g.reshape(())
+        _check_packed(weight_packed, weight_scale, g, "CompressedNVFP4Tensor")
+        self.weight_packed, self.weight_scale, self.weight_global_scale = weight_packed, weight_scale, g
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.weight_packed.shape[:-1]) + (2 * self.weight_packed.shape[-1],)
+
+    def dequantize(self, dtype=ml_dtypes.bfloat16) -> np.ndarray:
+        """code * float32(float32(block scale) / global scale), in float32, then in ``dtype`` (bfloat16,
+        compressed-tensors' own, by default): its decoder's values, bit for bit."""
+        codes, scales, g = from_modelopt(self.weight_packed, self.weight_scale, self.weight_global_scale)
+        divisor = np.asarray(g, np.float32).reshape(g.shape + (1,) * (scales.ndim - g.ndim))
+        d = (scales.astype(np.float32) / divisor).astype(np.float32)
+        values = codes.astype(np.float32).reshape(scales.shape + (BLOCK,)) * d[..., None]
+        return bfloat16.cast(values.reshape(codes.shape), dtype)
+
+
 # Linear layers that inference engines fuse into one GEMM (they share an input), by the names Hugging Face models
 # give them. vLLM keeps one weight_scale_2 for such a fused weight: the largest of the shards' for q/k/v and
 # gate/up (`ModelOptNvFp4LinearMethod`), the gate's for a mixture-of-experts w13 (`ModelOptNvFp4FusedMoE`, which
@@ -213,14 +288,21 @@ def fused_groups(names) -> list[tuple[str, ...]]:
 
 
 def read_nvfp4_checkpoint(path) -> Checkpoint:
-    """Read a safetensors checkpoint in Model Optimizer's NVFP4 layout: ``{NAME: NVFP4Tensor | np.ndarray}``.
+    """Read a safetensors checkpoint in Model Optimizer's NVFP4 layout, or compressed-tensors' (llm-compressor's):
+    ``{NAME: NVFP4Tensor | CompressedNVFP4Tensor | np.ndarray}``.
 
     Each quantized ``MODULE.weight`` becomes one `NVFP4Tensor` under its own name (its ``weight_scale`` and
     ``weight_scale_2`` are folded in); every other tensor (``input_scale`` included) is a read-only
     memory-mapped array. Tensors keep the file's order; ``.metadata`` holds the file's metadata. A file that
     is not safetensors, or a tensor of a type NumPy cannot hold, raises ValueError."""
-    return read_grouped(path, nvfp4_triples, lambda weight, names, arrays: NVFP4Tensor(*arrays))
+    def groups_of(entries):
+        return {**nvfp4_triples(entries), **compressed_triples(entries)}
+
+    def build(weight, names, arrays):
+        return CompressedNVFP4Tensor(*arrays) if names[0].endswith("_packed") else NVFP4Tensor(*arrays)
+
+    return read_grouped(path, groups_of, build)
 
 
 __all__ = ["NVFP4Tensor", "to_modelopt", "from_modelopt", "nvfp4_names", "nvfp4_triples", "read_nvfp4_checkpoint",
-           "FUSED_SIBLINGS", "fused_groups"]
+           "FUSED_SIBLINGS", "fused_groups", "CompressedNVFP4Tensor", "compressed_names", "compressed_triples"]
