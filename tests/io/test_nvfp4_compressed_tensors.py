@@ -110,7 +110,7 @@ def test_every_code_under_every_block_scale_and_global_scales():
     packed = np.tile(np.array([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE], np.uint8), (126, 1))
     scale_bytes = np.arange(1, 127, dtype=np.uint8)[:, None]  # every finite positive E4M3 value
     told_apart = False
-    for gs in (np.float32(13361.709), np.float32(3.7), np.float32(0.0071), np.float32(2.0**-20 * 3), np.float32(448 * 6)):
+    for gs in np.array([13361.709, 3.7, 0.0071, 2.0**-20 * 3, 448 * 6], np.float32):
         state = {"weight_packed": torch.from_numpy(packed.copy()),
                  "weight_scale": torch.from_numpy(scale_bytes.copy()).view(torch.float8_e4m3fn),
                  "weight_global_scale": torch.tensor([gs])}

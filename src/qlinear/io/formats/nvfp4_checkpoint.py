@@ -211,7 +211,8 @@ def compressed_triples(entries) -> dict[str, tuple[str, str, str]]:
         shape, scale_shape = tuple(packed.shape), tuple(scale.shape)
         if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
             raise ValueError(f"NVFP4 weight {base!r} (compressed-tensors): {base + '_packed'!r} must have shape "
-                             f"S + (K/2,) and {base + '_scale'!r} S + (K/16,), got {list(shape)} and {list(scale_shape)}")
+                             f"S + (K/2,) and {base + '_scale'!r} S + (K/16,), got {list(shape)} and "
+                             f"{list(scale_shape)}")
         triples[base] = compressed_names(base)
     return triples
 
