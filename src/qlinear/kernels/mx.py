@@ -155,12 +155,16 @@ def _dequantize_walk(codes: np.ndarray, scales: np.ndarray, block: int):
 
 
 # ----------------------------------------------------------------------------------------------- NVFP4
-def _finite_and_every_max(x: np.ndarray, row_len: int) -> tuple[np.int32, np.int32]:
-    """NVFP4's pass 1 over x (flat float32): the largest finite magnitude's bits and the largest magnitude's."""
+def _tensor_amax(x: np.ndarray, row_len: int, rule: str | None):
+    """NVFP4's pass 1 over x (flat float32, rows of ``row_len``): the maximum its tensor scale comes from, as
+    `reference.mx.nvfp4_amax` under ``rule`` (the largest finite magnitude), or None under "modelopt" for an
+    x holding an Inf or a NaN (Model Optimizer's maximum is then Inf or NaN: the reference's)."""
     rows = x.size // row_len
     top, every = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
     threads.run_chunked(_numba().nv_finite_max_rows, rows, x, top, every, row_len, item_size=row_len)
-    return top.max(), every.max()
+    if rule == "modelopt" and every.max() >= 0x7F800000:
+        return None
+    return top.max().view(np.float32)
 
 
 def nvfp4_amax(x: np.ndarray, rule: str | None = None):
@@ -168,10 +172,7 @@ def nvfp4_amax(x: np.ndarray, rule: str | None = None):
     (and, under "modelopt", for an x holding an Inf or a NaN, whose maximum is then the reference's)."""
     if not kernels_enabled() or x.ndim == 0 or x.size == 0 or rule not in (None, "modelopt"):
         return None
-    top, every = _finite_and_every_max(_prepare(x), _rows(x.size, x.shape[-1], FORMATS["nvfp4"].block_size))
-    if rule == "modelopt" and every >= 0x7F800000:
-        return None
-    return top.view(np.float32)
+    return _tensor_amax(_prepare(x), _rows(x.size, x.shape[-1], FORMATS["nvfp4"].block_size), rule)
 
 
 def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
@@ -192,12 +193,11 @@ def quantize_nvfp4(x: np.ndarray, g=None, rule: str | None = None):
     rows = n // row_len
     xin = _prepare(x)
     nb = _numba()
-    if g is None:  # pass 1: the largest finite magnitude and the largest
-        top, every = _finite_and_every_max(xin, row_len)
-        if rule == "modelopt" and every >= 0x7F800000:
+    if g is None:  # pass 1
+        amax = _tensor_amax(xin, row_len, rule)
+        if amax is None:
             return None  # Model Optimizer's tensor scale is then Inf or NaN
-        # the tensor scale from the largest finite magnitude, by the reference's own rule
-        g = nvfp4_scale_from_amax(top.view(np.float32), rule)
+        g = nvfp4_scale_from_amax(amax, rule)  # by the reference's own rule
         if g == 0:
             return None  # under "modelopt" (the exact rule makes it 1): every block scale NaN or Inf
     g = np.float32(g)

@@ -155,24 +155,35 @@ def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
     """The NVFP4 tensors among a file's tensors: ``{NAME: (NAME, NAME_scale, NAME_scale_2)}`` for each U8
     ``NAME`` with an F8_E4M3 ``NAME_scale`` and an F32 ``NAME_scale_2`` (`nvfp4_names`); shapes or types that
     do not fit the layout are a ValueError naming the tensor."""
+    return _triples(entries, nvfp4_names, "NVFP4 tensor {!r}", "it, its _scale and its _scale_2", "it")
+
+
+def _triples(entries, names_of, what: str, parts: str, codes_are: str) -> dict[str, tuple[str, str, str]]:
+    """The NVFP4 triples of one layout among a file's tensors: ``{NAME: names_of(NAME)}`` wherever all three of
+    ``names_of(NAME)`` (packed codes, block scales, tensor scale; NAME found from the tensor scale's name) are
+    present; types other than U8, F8_E4M3 and F32, or shapes other than S + (K/2,) and S + (K/16,), are a
+    ValueError. Messages: ``what`` (formatted with NAME), then ``parts`` (the three, for the types) or
+    ``codes_are`` (the packed codes, for the shapes)."""
     by_name = {entry.name: entry for entry in entries}
+    probe = names_of("")
     triples = {}
     for name, entry in by_name.items():
-        if not name.endswith("_scale_2"):
+        if not name.endswith(probe[2]):
             continue
-        base = name[: -len("_scale_2")]
-        weight, scale = by_name.get(base), by_name.get(base + "_scale")
-        if weight is None or scale is None or not base:
+        base = name[: len(name) - len(probe[2])]
+        names = names_of(base)
+        packed, scale = by_name.get(names[0]), by_name.get(names[1])
+        if packed is None or scale is None or not base:
             continue
-        codes = (_code(weight), _code(scale), _code(entry))
+        label = what.format(base)
+        codes = (_code(packed), _code(scale), _code(entry))
         if codes != ("U8", "F8_E4M3", "F32"):
-            raise ValueError(f"NVFP4 tensor {base!r}: it, its _scale and its _scale_2 must be U8, F8_E4M3 and F32, "
-                             f"got {', '.join(map(str, codes))}")
-        shape, scale_shape = tuple(weight.shape), tuple(scale.shape)
+            raise ValueError(f"{label}: {parts} must be U8, F8_E4M3 and F32, got {', '.join(map(str, codes))}")
+        shape, scale_shape = tuple(packed.shape), tuple(scale.shape)
         if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
-            raise ValueError(f"NVFP4 tensor {base!r}: it must have shape S + (K/2,) and {base + '_scale'!r} "
+            raise ValueError(f"{label}: {codes_are.format(names[0])} must have shape S + (K/2,) and {names[1]!r} "
                              f"S + (K/16,), got {list(shape)} and {list(scale_shape)}")
-        triples[base] = nvfp4_names(base)
+        triples[base] = names
     return triples
 
 
@@ -181,7 +192,7 @@ def nvfp4_triples(entries) -> dict[str, tuple[str, str, str]]:
 # MODULE.weight_scale (float8_e4m3fn block scales) and MODULE.weight_global_scale (float32, shape (1,)), by which
 # the block scales are divided: its decoder computes code * float32(float32(block scale) / global scale), then
 # casts to bfloat16 (compressed-tensors 0.20.1, NVFP4PackedCompressor.decompress: forward_helpers._dequantize;
-# checked against it in tests/io/test_nvfp4_checkpoint.py).
+# checked against it in tests/io/test_nvfp4_compressed_tensors.py).
 COMPRESSED_SUFFIXES = ("_packed", "_scale", "_global_scale")
 
 
@@ -195,26 +206,8 @@ def compressed_triples(entries) -> dict[str, tuple[str, str, str]]:
     """The NVFP4 weights in compressed-tensors' layout among a file's tensors: ``{NAME: compressed_names(NAME)}``
     for each U8 ``NAME_packed`` with an F8_E4M3 ``NAME_scale`` and an F32 ``NAME_global_scale``; shapes or types
     that do not fit are a ValueError naming the weight."""
-    by_name = {entry.name: entry for entry in entries}
-    triples = {}
-    for name, entry in by_name.items():
-        if not name.endswith("_global_scale"):
-            continue
-        base = name[: -len("_global_scale")]
-        packed, scale = by_name.get(base + "_packed"), by_name.get(base + "_scale")
-        if packed is None or scale is None or not base:
-            continue
-        codes = (_code(packed), _code(scale), _code(entry))
-        if codes != ("U8", "F8_E4M3", "F32"):
-            raise ValueError(f"NVFP4 weight {base!r} (compressed-tensors): its _packed, _scale and _global_scale must "
-                             f"be U8, F8_E4M3 and F32, got {', '.join(map(str, codes))}")
-        shape, scale_shape = tuple(packed.shape), tuple(scale.shape)
-        if not shape or shape[-1] % (BLOCK // 2) or scale_shape != shape[:-1] + (shape[-1] * 2 // BLOCK,):
-            raise ValueError(f"NVFP4 weight {base!r} (compressed-tensors): {base + '_packed'!r} must have shape "
-                             f"S + (K/2,) and {base + '_scale'!r} S + (K/16,), got {list(shape)} and "
-                             f"{list(scale_shape)}")
-        triples[base] = compressed_names(base)
-    return triples
+    return _triples(entries, compressed_names, "NVFP4 weight {!r} (compressed-tensors)",
+                    "its _packed, _scale and _global_scale", "{!r}")
 
 
 class CompressedNVFP4Tensor:
@@ -233,8 +226,6 @@ class CompressedNVFP4Tensor:
         g = np.asarray(weight_global_scale)
         if weight_scale.dtype == np.uint8:
             weight_scale = weight_scale.view(SCALES)
-        if g.ndim == 1 and g.size == 1 and weight_packed.ndim >= 1:
-            g = g.reshape(())
         _check_packed(weight_packed, weight_scale, g, "CompressedNVFP4Tensor")
         self.weight_packed, self.weight_scale, self.weight_global_scale = weight_packed, weight_scale, g
 
