@@ -180,6 +180,13 @@ def _add_quantize(commands) -> None:
     p.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", default=[],
                    help="--calibrate: leave this node (or every node of this operator type) float: its weight and the "
                    "activations it reads and writes")
+    p.add_argument("--target", choices=("onnxruntime", "qdq-portable"),
+                   help="--calibrate: the runtime the pairs are placed for: onnxruntime (default: pairs only where its "
+                   "CPU provider fuses them into int8 kernels, float islands whole) or qdq-portable (a pair around "
+                   "every operator a QDQ runtime may fuse, for TensorRT, OpenVINO and others)")
+    p.add_argument("--no-latency", action="store_true",
+                   help="--calibrate: do not time the float and the quantized model in onnxruntime (default: 1 and 2 "
+                   "threads on a batch of the calibration data, a few seconds)")
     p.add_argument("--report-samples", type=int, metavar="N",
                    help="--calibrate: samples the per-layer SQNR is measured on (default: up to 16, as many as hold "
                         "2 GiB of the compared activations; 0 skips it)")

@@ -143,6 +143,8 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
     given = [flag for flag, value in (("--method", args.method), ("--activations", args.activations),
                                       ("--symmetric-activations", args.symmetric_activations),
                                       ("--keep-float", args.keep_float),
+                                      ("--target", args.target),
+                                      ("--no-latency", args.no_latency),
                                       ("--max-drop", args.max_drop is not None),
                                       ("--report-samples", args.report_samples is not None)) if value]
     if not args.calibrate:
@@ -162,6 +164,7 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
     return static_quantization.StaticSettings(tuple(Path(p) for p in args.calibrate), args.method or "mse",
                                               activation_type, bool(args.symmetric_activations),
                                               tuple(args.keep_float), max_drop=args.max_drop,
+                                              target=args.target or "onnxruntime", latency=not args.no_latency,
                                               **({} if args.report_samples is None
                                                  else {"report_samples": args.report_samples}))
 

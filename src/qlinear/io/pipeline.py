@@ -21,13 +21,14 @@ import numpy as np
 
 from .. import dtypes
 from ..granularity import Granularity
-from . import evaluation, report, select, static_quantization, streaming
+from . import evaluation, latency, report, select, static_quantization, streaming
 from .atomic import atomic_files, atomic_output, atomic_store
 from .calibration import calibrate_tensor
 from .errors import UserError
 from .extras import import_onnx
 from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
+from .formats.onnx_constants import prune_unused
 from .plan import Choice, Found, Quantized, Settings, min_opset
 from .quantization import dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
@@ -413,13 +414,21 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         chosen = [c for c in choices if c.quantized]
     static_plan = None
     if static is not None:
-        folding = _fold(source, model, feeds)
+        folding = _fold(source, model, feeds, static.target == "onnxruntime")
         choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
         chosen = [c for c in choices if c.quantized]
-        static_plan = static_quantization.plan(model, static, samples)
+        static_plan = static_quantization.plan(model, static, samples,
+                                               {c.found.name for c in choices if not c.quantized})
         static_plan.folding = folding
+        kept_by_target = static_plan.placed.float_weights
+        choices = [Choice(c.found, None, kept_by_target[c.found.name], c.symmetric)
+                   if c.quantized and c.found.name in kept_by_target and ": " not in c.found.location else c
+                   for c in choices]
+        chosen = [c for c in choices if c.quantized]
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             static_quantization.calibrate(static_plan, model.model, static, advance)
+        static_plan.float_model = import_onnx().ModelProto()
+        static_plan.float_model.CopyFrom(model.model)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
@@ -439,7 +448,9 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             bias_rows = static_quantization.write_biases(model, writer, static_plan, weight_scales)
             biases = {row["name"] for row in bias_rows}
             rows = [row for row in rows if row["name"] not in biases] + bias_rows
+            operand_rows = static_quantization.write_operands(model, static_plan, static, writer.taken)
             pairs = static_quantization.write_activations(model, writer, static_plan, static)
+            prune_unused(model.model.graph)  # operands and folded nodes no longer read
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
         for f in files:
@@ -450,13 +461,15 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         summary = report.summary("quantize", source, output, rows, qtype=settings.dtype_name)
         summary["files"] = {"before": model.stored_bytes, "after": sum(f.tell() for f in files)}
         summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
-                            "dequantize_nodes": writer.dequantize_nodes, "checker": _check(temporaries[-1]),
+                            "dequantize_nodes": writer.dequantize_nodes,
+                            "checker": _valid_or_refused(source, model, files, temporaries, external),
                             "external_data": data_path.name if external is not None else None}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
         if static_plan is not None:
             output_names = [o.name for o in model.model.graph.output]
-            original_proto = import_onnx().load(str(source))
+            # The float model as quantized (opset raised, batch norms folded): its tensors are the quantized one's.
+            original_proto = static_plan.float_model
             count = static_quantization.report_count(original_proto, static_plan, static, output_names)
             with report.progress(count, "comparing layers", unit="samples") as advance:
                 layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, count,
@@ -467,10 +480,32 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 "calibration_samples": static_plan.data.samples, "pairs": pairs,
                 "tensors": static_quantization.activation_rows(static_plan, static),
                 "kept": [{"name": s.name, "reason": s.reason} for s in static_plan.skipped],
+                "target": static.target, "operands": operand_rows,
                 "per_layer": layers,
             }
         summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))
+        if static_plan is not None and static.latency:
+            summary["model"]["latency"] = _latency(original_ref, quantized_ref, static_plan.data)
     return summary
+
+
+def _latency(original_ref, quantized_ref, data) -> dict:
+    """The float and the quantized model's latency in onnxruntime, or why it was not measured."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"note": "onnxruntime is not installed: pip install onnxruntime"}
+    proto = original_ref if not isinstance(original_ref, Path) else import_onnx().load(str(original_ref),
+                                                                                        load_external_data=False)
+    feeds = latency.batch_from(data, proto)
+    try:
+        with report.progress(1, "timing the float and the quantized model in onnxruntime", unit="models"):
+            result = latency.measure(original_ref, quantized_ref, feeds)
+            result["nodes"] = latency.optimized_nodes(quantized_ref)
+    except Exception as error:  # noqa: BLE001 (onnxruntime's several error types: the report says why)
+        return {"note": f"onnxruntime could not run the models on a batch of the calibration data: "
+                        f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__}"}
+    return result
 
 
 MAX_KEPT_LAYERS = 24  # layers a --max-drop search keeps float at most before it gives up
@@ -487,7 +522,7 @@ def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure
     kept = list(static.keep_float)
     history = []
     while True:
-        current = replace(static, keep_float=tuple(kept))
+        current = replace(static, keep_float=tuple(kept), latency=False)
         summary = quantize_onnx(source, output, settings, measure, current)
         accuracy = summary["model"].get("accuracy")
         if not accuracy:
@@ -502,17 +537,20 @@ def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure
         kept.append(candidates[0])
     summary["activations"]["max_drop"] = {"budget": static.max_drop, "met": drop <= static.max_drop,
                                           "kept": kept[len(static.keep_float):], "history": history}
+    if static.latency:  # once, on the model written last
+        data = static_quantization.open_data(static, _input_names(import_onnx().load(str(source), load_external_data=False)))
+        summary["model"]["latency"] = _latency(source, output, data)
     return summary
 
 
-def _fold(source: Path, model, feeds) -> dict:
+def _fold(source: Path, model, feeds, hard_sigmoid: bool) -> dict:
     """Fold BatchNormalization (and Mul/Add by constants) into the Convs before them, then check that the
     float model still computes what it did (float rounding only), as after an opset conversion."""
     import onnx
 
     original = onnx.ModelProto()
     original.CopyFrom(model.model)
-    folded = model.fold_for_static()
+    folded = model.fold_for_static(hard_sigmoid)
     result = {"nodes": [f"{f.folded} into {f.conv}" for f in folded]}
     if not folded:
         return result
@@ -533,7 +571,7 @@ def _kept_float(choices: list[Choice], model, static) -> list[Choice]:
     """The weights of the nodes that --keep-float names stay float with their node."""
     if static is None or not static.keep_float:
         return choices
-    from .formats.onnx_activations import kept_nodes
+    from .placement import kept_nodes
 
     read = {name: node for node in kept_nodes(model.model, static.keep_float) for name in node.input}
     return [Choice(c.found, None, f"--keep-float {read[c.found.name].name or read[c.found.name].op_type}", c.symmetric)
@@ -676,6 +714,30 @@ def _locations(proto) -> list[str]:
 
     return sorted({e.value for t in _get_all_tensors(proto) if t.data_location == 1 for e in t.external_data
                    if e.key == "location"})
+
+
+def _valid_or_refused(source: Path, model, files, temporaries, external) -> str:
+    """onnx.checker's verdict on the written model. Where it fails: the value_info hints are dropped and the model
+    written again; where it still fails and the input passes the same check, a UserError (nothing is written).
+    An input that fails the checker itself gives an output that may too, and the report says so."""
+    verdict = _check(temporaries[-1])
+    if verdict == "passed":
+        return verdict
+    if external is None:
+        onnx_model.repair_value_info(model.model)
+        files[-1].seek(0)
+        files[-1].truncate()
+        files[-1].write(onnx_model.serialize(model.model, str(source)))
+        files[-1].flush()
+        repaired = _check(temporaries[-1])
+        if repaired == "passed":
+            return "passed (after dropping the value_info hints that failed it)"
+        verdict = repaired
+    given = _check(source)
+    if given == "passed":
+        raise UserError(f"{source}: the quantized model fails onnx.checker's full check "
+                        f"({verdict.removeprefix('failed: ')}) where the input passes it; nothing written")
+    return f"{verdict} (the input fails it too: {given.removeprefix('failed: ')})"
 
 
 def _check(model) -> str:

@@ -235,6 +235,8 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         if report.get("activations"):
             _show_activations(console, report["activations"])
         _show_accuracy(console, model)
+        if "latency" in model:
+            _show_latency(console, model["latency"])
 
 
 def _show_comparison(console, report: dict) -> None:
@@ -318,6 +320,24 @@ def _show_activations(console, activations: dict) -> None:
         verdict = "within" if search["met"] else "NOT within"
         console.print(f"--max-drop {search['budget']:g}: {verdict} the budget with {len(search['kept'])} layers kept float "
                       f"({', '.join(search['kept']) or 'none'}); {steps}")
+
+
+def _show_latency(console, latency: dict) -> None:
+    """Float and quantized latency in onnxruntime, and what its optimized graph runs on the codes."""
+    if "note" in latency:
+        console.print(f"latency: not measured ({latency['note']})")
+        return
+    batch = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in latency["batch"].items())
+    cells = "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: float {t['float_ms']:.2f} ms, quantized "
+                      f"{t['quantized_ms']:.2f} ms ({t['ratio']:.2f}x float, median of {t['runs']})"
+                      for threads, t in latency["threads"].items())
+    console.print(f"latency in {latency['runtime']} on {batch}: {cells}")
+    nodes = latency.get("nodes")
+    if nodes:
+        def counts(ops: dict) -> str:
+            return ", ".join(f"{op} {count}" for op, count in ops.items()) or "none"
+        console.print(f"onnxruntime's optimized graph: on the codes: {counts(nodes['int8'])}; in float: "
+                      f"{counts(nodes['float'])}; conversions: {counts(nodes['conversions'])}")
 
 
 _TASK_WORDS = {"classify": "accuracy", "ctc": "exact-match text accuracy", "threshold": "decisions equal to the labels"}

@@ -1,11 +1,13 @@
 """Static quantization of an ONNX model: the activations, calibrated on the user's sample inputs, on top of
 the weights (`pipeline.quantize_onnx` runs these steps when ``--calibrate`` is given):
 
-1. `plan`: which activations get a QuantizeLinear -> DequantizeLinear pair (`formats.onnx_activations`);
+1. `plan`: which activations get a QuantizeLinear -> DequantizeLinear pair, for the target runtime
+   (`placement`);
 2. `calibrate`: the float model runs once over the samples with those tensors exposed, each feeding a
    streaming observer; each tensor's range by the chosen method becomes a scale and zero point;
-3. `write_biases` and `write_activations`: int32 biases (scale x_scale * w_scale) where both the input and
-   the weight are quantized, then the pairs;
+3. `write_biases`, `write_operands` and `write_activations`: int32 biases (scale x_scale * w_scale) where both
+   the input and the weight are quantized, the constant operands of Add/Mul that the target runs in int8, then
+   the pairs;
 4. `per_layer`: the float and the quantized model run side by side on some samples, every quantized
    activation's SQNR and the outputs' (the report, worst first).
 """
@@ -21,7 +23,8 @@ import numpy as np
 from .. import calibrate as calibrate_math
 from .. import dtypes
 from ..granularity import Granularity
-from . import activation_calibration, report
+from ..ops.quantize_linear import dequantize_linear, quantize_linear
+from . import activation_calibration, placement, report
 from .activation_calibration import CalibrationData
 from .errors import UserError
 from .formats import onnx_activations
@@ -41,6 +44,8 @@ class StaticSettings:
     keep_float: tuple[str, ...] = ()
     report_samples: int | None = None  # samples the per-layer SQNR is measured on (None: `report_count`)
     max_drop: float | None = None  # points of the task figure: keep the worst layers float until within
+    target: str = placement.DEFAULT_TARGET  # the runtime the pairs are placed for (`placement.TARGETS`)
+    latency: bool = True  # measure the float and the quantized model in onnxruntime (`latency`)
     # Calibration results by tensor name, shared by the runs of a --max-drop search (which only drop tensors).
     cache: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -51,14 +56,22 @@ class StaticSettings:
 
 @dataclass
 class Plan:
-    activations: list[onnx_activations.Activation]
-    skipped: list[onnx_activations.Skipped]
+    placed: placement.Placement
     data: CalibrationData
     parameters: dict = field(default_factory=dict)  # name -> (scale, zero point or None)
     ranges: dict = field(default_factory=dict)  # name -> (low, high)
     observed: dict = field(default_factory=dict)  # name -> (min, max)
     notes: list[str] = field(default_factory=list)
     folding: dict = field(default_factory=dict)  # what was folded into the convolutions first
+    float_model: object = None  # the float ModelProto as quantized (opset raised, folded): the per-layer reference
+
+    @property
+    def activations(self) -> list[placement.Activation]:
+        return self.placed.activations
+
+    @property
+    def skipped(self) -> list[placement.Skipped]:
+        return self.placed.skipped
 
 
 def open_data(static: StaticSettings, input_names: list[str]) -> CalibrationData:
@@ -73,17 +86,18 @@ def needed_opset(static: StaticSettings) -> int:
     return min_opset(static.qtype, "tensor")
 
 
-def plan(model, static: StaticSettings, data: CalibrationData) -> Plan:
-    activations, skipped = onnx_activations.select(model.model, static.keep_float)
-    if not activations:
+def plan(model, static: StaticSettings, data: CalibrationData, float_weights=()) -> Plan:
+    """Where the pairs go for ``static.target``; ``float_weights``: the weights that stay float."""
+    placed = placement.place(model.model, static.target, static.keep_float, float_weights, model.constant_values())
+    if not placed.activations:
         raise UserError("no activation feeds a Conv, ConvTranspose, MatMul or Gemm in the main graph: nothing to "
                         "calibrate (weight-only quantization needs no --calibrate)")
-    return Plan(activations, skipped, data)
+    return Plan(placed, data)
 
 
 def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> None:
     """Observe every planned activation over the calibration data; fill ``plan_.parameters``."""
-    names = [a.name for a in plan_.activations]
+    names = [a.name for a in plan_.activations if a.tie is None]
     missing = [name for name in names if name not in static.cache]
     if missing:
         static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress))
@@ -99,6 +113,10 @@ def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> 
         plan_.parameters[name] = (np.float32(scale), zero_point.astype(qtype.dtype) if qtype.is_integer else None)
         plan_.ranges[name] = (float(low), float(high))
         plan_.observed[name] = (float(observer.min), float(observer.max))
+    for activation in plan_.activations:  # a value-moving operator's output shares its input's parameters
+        if activation.tie is not None:
+            for key in ("parameters", "ranges", "observed"):
+                getattr(plan_, key)[activation.name] = getattr(plan_, key)[activation.tie]
 
 
 def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray]) -> list[dict]:
@@ -131,11 +149,48 @@ def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray
     return rows
 
 
+def write_operands(model, plan_: Plan, static: StaticSettings, taken: set[str]) -> list[dict]:
+    """The constant operands of the Add/Mul nodes the target runs in int8, each quantized per tensor to the
+    activation type (its min/max with zero, as an activation's range) into a new DequantizeLinear that its node
+    reads; the report's rows."""
+    from .formats.onnx_model import _unique
+
+    qtype, values_of = static.qtype, model.constant_values()
+    rows = []
+    for operand in plan_.placed.operands:
+        values = values_of(operand.name)
+        if values is None:
+            raise UserError(f"operand {operand.name!r} of {operand.reader}: not a constant this can read")
+        values = np.asarray(values, np.float32)
+        low, high = min(float(values.min()), 0.0), max(float(values.max()), 0.0)
+        scale, zero_point = calibrate_math.parameters(np.float64(low), np.float64(high), qtype,
+                                                      static.symmetric or not qtype.is_integer)
+        scale = np.float32(scale)
+        zero_point = zero_point.astype(qtype.dtype) if qtype.is_integer else None
+        q = quantize_linear(values, scale, zero_point, **({} if qtype.is_integer else {"output_dtype": qtype.onnx_name}))
+        stored = onnx_activations.insert_operand(model.model, operand, q, scale, zero_point, qtype, taken, _unique)
+        restored = np.asarray(dequantize_linear(q, scale, zero_point), np.float64)
+        error = np.abs(restored - values)
+        sqnr = report_sqnr(float(np.sum(np.float64(values) ** 2)), float(np.sum(error * error)))
+        rows.append({"name": operand.name, "kind": "operand", "reader": operand.reader, "to": qtype.onnx_name,
+                     "shape": list(values.shape), "scale": float(scale),
+                     "zero_point": None if zero_point is None else int(zero_point), "bytes": stored,
+                     "sqnr_db": sqnr, "max_abs_error": float(np.max(error)) if error.size else 0.0})
+    return rows
+
+
+def report_sqnr(signal: float, noise: float) -> float | None:
+    """10 log10(signal / noise) dB; None where exact."""
+    if noise == 0.0:
+        return None
+    return 10.0 * math.log10(signal / noise) if signal > 0 else float("-inf")
+
+
 def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int:
     from .formats.onnx_model import _unique
 
     return onnx_activations.insert_pairs(model.model, plan_.activations, plan_.parameters, static.qtype,
-                                         writer.taken, _unique)
+                                         writer.taken, _unique, plan_.placed.scale_folds)
 
 
 REPORT_SAMPLES = 16  # the per-layer report's samples at most, by default ...
@@ -148,7 +203,7 @@ def report_count(float_ref, plan_: Plan, static: StaticSettings, output_names: l
     1.3 GB a page: 1 page). Never more than the calibration data has."""
     if static.report_samples is not None:
         return min(static.report_samples, plan_.data.samples)
-    names = [a.name for a in plan_.activations if a.producer] + output_names
+    names = [a.compared for a in plan_.activations if a.producer] + output_names
     held = activation_calibration.sizes(float_ref, names,
                                         activation_calibration.first(plan_.data))
     per_sample = sum(size for size in held.values() if size is not None)
@@ -161,11 +216,12 @@ def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], co
     ``count`` samples (`report_count`)."""
     if count == 0:
         return {"samples": 0, "layers": [], "outputs": []}
-    names = [a.name for a in plan_.activations if a.producer] + output_names
+    names = list(dict.fromkeys([a.compared for a in plan_.activations if a.producer] + output_names))
     agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data, limit=count,
                                                 progress=progress)
-    layers = sorted(({"tensor": a.name, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
-                      "sqnr_db": agreements[a.name].sqnr_db, "max_abs_error": agreements[a.name].max_abs_error}
+    layers = sorted(({"tensor": a.compared, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
+                      "sqnr_db": agreements[a.compared].sqnr_db,
+                      "max_abs_error": agreements[a.compared].max_abs_error}
                      for a in plan_.activations if a.producer), key=lambda row: row["sqnr_db"])
     outputs = [{"output": name, "sqnr_db": agreements[name].sqnr_db, "max_abs_error": agreements[name].max_abs_error}
                for name in output_names]

@@ -10,9 +10,13 @@ QLinearConv. So static quantization folds first, as onnxruntime's `quant_pre_pro
     Mul by c:            W' = W * c,  B' = B * c
     Add of d:            B' = B + d
 
-per output channel (c and d scalars or one value per channel), where the Conv's output is read by that node
-alone and its weight is a float constant read by this Conv alone. The float model changes by float rounding
-only; `pipeline` runs it against the original before going on, as it does after an opset conversion.
+per output channel (c and d scalars or one value per channel, stored or computed from constants by shape
+operators), where the Conv's output is read by that node alone and its weight is a float constant read by this
+Conv alone. With ``hard_sigmoid`` (the onnxruntime target), a HardSigmoid after a Conv becomes a Clip to [0, 1]
+of the Conv with its weights times alpha and its bias times alpha plus beta (HardSigmoid(x) = clip(alpha x +
+beta, 0, 1)): onnxruntime has no int8 HardSigmoid, and folds a Clip from 0 into the Conv's QuantizeLinear. The
+float model changes by float rounding only; `pipeline` runs it against the original before going on, as it
+does after an opset conversion.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | No
     return value.reshape(channels)
 
 
-def fold(model, read_tensor, write_tensor) -> list[Folded]:
+def fold(model, read_tensor, write_tensor, hard_sigmoid: bool = False) -> list[Folded]:
     """Fold the foldable nodes after the main graph's Conv/ConvTranspose nodes, in place.
     ``read_tensor(name)`` gives a main-graph float constant's values (or None); ``write_tensor(name, array)``
     stores new values for it (creating an initializer when it does not exist)."""
@@ -91,6 +95,10 @@ def fold(model, read_tensor, write_tensor) -> list[Folded]:
                 epsilon = _attributes(node).get("epsilon", 1e-5)
                 gain = scale / np.sqrt(var + epsilon)
                 shift = beta - mean * gain
+            elif node.op_type == "HardSigmoid" and hard_sigmoid and conv.op_type == "Conv":
+                attributes = _attributes(node)
+                alpha, beta = attributes.get("alpha", 0.2), attributes.get("beta", 0.5)
+                gain, shift = np.full(channels, alpha, np.float64), np.full(channels, beta, np.float64)
             elif node.op_type in ("Mul", "Add") and len(node.input) == 2:
                 other = node.input[1] if node.input[0] == conv.output[0] else node.input[0]
                 value = read_tensor(other)
@@ -121,6 +129,9 @@ def fold(model, read_tensor, write_tensor) -> list[Folded]:
                 conv.input[2] = b_name
             write_tensor(b_name, new_bias)
             done.append(Folded(f"{conv.op_type} {conv.name or conv.output[0]!r}", f"{node.op_type} {node.name or node.output[0]!r}"))
+            if node.op_type == "HardSigmoid":  # the Conv stays, the HardSigmoid becomes a Clip to [0, 1] of it
+                _to_clip(model, node)
+                break
             # The Conv now writes what the folded node wrote.
             conv.output[0] = node.output[0]
             graph.node.remove(node)
@@ -132,6 +143,26 @@ def fold(model, read_tensor, write_tensor) -> list[Folded]:
             for output in graph.output:
                 readers.setdefault(output.name, []).append(None)
     return done
+
+
+def _to_clip(model, node) -> None:
+    """Make HardSigmoid ``node`` a Clip of its input to [0, 1], in place (bounds as inputs from opset 11,
+    attributes before)."""
+    from onnx import helper
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    graph = model.graph
+    del node.attribute[:]
+    node.op_type = "Clip"
+    if opset >= 11:
+        bounds = []
+        for value in (0.0, 1.0):
+            name = _unused(graph, f"{node.output[0]}_clip_{int(value)}")
+            graph.initializer.append(helper.make_tensor(name, 1, [], [value]))
+            bounds.append(name)
+        node.input.extend(bounds)
+    else:
+        node.attribute.extend([helper.make_attribute("min", 0.0), helper.make_attribute("max", 1.0)])
 
 
 def _unused(graph, name: str) -> str:

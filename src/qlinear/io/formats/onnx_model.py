@@ -98,31 +98,56 @@ class OnnxModel:
         constant = self.constants[found.key]
         return read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {found.name!r}")
 
-    def fold_for_static(self) -> list:
-        """Fold each main-graph Conv's BatchNormalization (or Mul/Add by constants) into its weights
-        (`onnx_folding`); returns what was folded."""
+    def stored_value(self, name: str) -> np.ndarray | None:
+        """A main-graph constant's values by name (an initializer or a Constant node's output), or None."""
+        constant = self._main_constants().get(name)
+        if constant is None:
+            return None
+        return np.asarray(read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {name!r}"))
+
+    def _main_constants(self) -> dict:
+        return {c.name: c for c in self.constants.values() if not c.scope}
+
+    def constant_values(self):
+        """A `ConstantValues` of the main graph: stored constants and shape operators on them."""
+        from .onnx_constants import ConstantValues
+
+        return ConstantValues(self.model, self.stored_value)
+
+    def fold_for_static(self, hard_sigmoid: bool = False) -> list:
+        """Fold each main-graph Conv's BatchNormalization (or Mul/Add by constants; with ``hard_sigmoid``, a
+        HardSigmoid into a Clip) into its weights (`onnx_folding`), and drop what nothing reads any more;
+        returns what was folded."""
         from onnx import numpy_helper
 
         from . import onnx_folding
+        from .onnx_constants import prune_unused
 
-        main = {c.name: c for c in self.constants.values() if not c.scope}
+        main = self._main_constants()
+        values = self.constant_values()
+        written: dict[str, np.ndarray] = {}
 
         def read(name):
-            constant = main.get(name)
-            if constant is None:
-                return None
-            return np.asarray(read_tensor(constant.tensor, self.base, f"{self.source}: {constant.location} {name!r}"))
+            return written[name] if name in written else values(name)
+
+        added = {}
 
         def write(name, array):
+            written[name] = array
             constant = main.get(name)
-            if constant is None:  # a new bias: an initializer of the main graph
-                self.model.graph.initializer.append(numpy_helper.from_array(array, name))
+            if constant is None:  # a new bias: an initializer of the main graph (once, then rewritten)
+                if name in added:
+                    added[name].CopyFrom(numpy_helper.from_array(array, name))
+                else:
+                    self.model.graph.initializer.append(numpy_helper.from_array(array, name))
+                    added[name] = self.model.graph.initializer[-1]
                 return
             replacement = numpy_helper.from_array(array, constant.tensor.name)
             constant.tensor.CopyFrom(replacement)
 
-        folded = onnx_folding.fold(self.model, read, write)
+        folded = onnx_folding.fold(self.model, read, write, hard_sigmoid)
         if folded:
+            prune_unused(self.model.graph)
             self.refresh()
         return folded
 
@@ -139,8 +164,31 @@ class OnnxModel:
                             f"({_first_line(error)})") from None
         # The converter may leave the IR version below what the new opset needs.
         converted.ir_version = max(converted.ir_version, onnx.helper.find_min_ir_version_for(list(converted.opset_import)))
+        repair_value_info(converted, self.model)
         self.model = converted
         self.refresh()
+
+
+def repair_value_info(model, original=None) -> None:
+    """Drop the converter's leftovers that onnx.checker refuses, in place: every ``value_info`` (optional hints,
+    which the version converter writes without shapes, or with the old opset's shapes) in every graph, and a
+    shape for each main-graph input and output that lost it (the original model's)."""
+    def clear(graph):
+        del graph.value_info[:]
+        for node in graph.node:
+            for attribute in node.attribute:
+                for sub in [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []:
+                    clear(sub)
+
+    clear(model.graph)
+    if original is None:
+        return
+    before = {v.name: v for v in list(original.graph.input) + list(original.graph.output)}
+    for value in list(model.graph.input) + list(model.graph.output):
+        old = before.get(value.name)
+        if (value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape") and old is not None
+                and old.type.tensor_type.HasField("shape")):
+            value.type.tensor_type.shape.CopyFrom(old.type.tensor_type.shape)
 
 
 def _key_of(constant: onnx_weights.Constant) -> str:

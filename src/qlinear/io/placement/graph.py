@@ -1,0 +1,105 @@
+"""What placement reads of a model's main graph: who produces and who reads each tensor, the element types
+and shapes that onnx's shape inference can tell, which tensors are constant, and the model's inputs and
+outputs. Subgraph activations stay float, so only the main graph is indexed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FLOAT = 1  # TensorProto.FLOAT
+_GRAPH_ATTRIBUTES = (5, 10)  # AttributeProto.GRAPH, GRAPHS
+
+
+def node_label(node) -> str:
+    return f"{node.op_type} {node.name or node.output[0]!r}"
+
+
+def node_key(node) -> str:
+    """What --keep-float and the report call a node: its name, or its first output's where it has none."""
+    return node.name or node.output[0]
+
+
+def constant_names(graph) -> set[str]:
+    """Tensors that do not depend on the model's inputs: initializers, Constant outputs, and the outputs of
+    nodes whose inputs all are such (shape arithmetic on constants)."""
+    constant = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" or (node.input and all(not i or i in constant for i in node.input)
+                                          and not any(a.type in _GRAPH_ATTRIBUTES for a in node.attribute)):
+            constant.update(o for o in node.output if o)
+    return constant
+
+
+def _inferred(model):
+    from onnx import shape_inference
+
+    try:
+        return shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 (inference fails on some exports: fall back to what the model declares)
+        return model
+
+
+def elem_types(model) -> dict[str, int]:
+    """The element type of every main-graph tensor that onnx's shape inference can tell."""
+    return GraphView(model).types
+
+
+@dataclass
+class GraphView:
+    """An index of ``model``'s main graph (a ModelProto), built once per placement."""
+
+    model: object
+    types: dict[str, int] = field(init=False)
+    shapes: dict[str, tuple | None] = field(init=False)  # dims (int, or None where unknown); None: no shape
+    constant: set[str] = field(init=False)
+    outputs: set[str] = field(init=False)
+    inputs: set[str] = field(init=False)
+    producers: dict[str, object] = field(init=False)
+    readers: dict[str, list] = field(init=False)
+
+    def __post_init__(self):
+        graph = self.model.graph
+        inferred = _inferred(self.model).graph
+        infos = list(inferred.value_info) + list(inferred.input) + list(inferred.output)
+        self.types = {v.name: v.type.tensor_type.elem_type for v in infos if v.type.HasField("tensor_type")}
+        self.types.update({t.name: t.data_type for t in graph.initializer})
+        self.shapes = {}
+        for v in infos:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                            for d in v.type.tensor_type.shape.dim)
+        self.constant = constant_names(graph)
+        self.outputs = {o.name for o in graph.output}
+        self.inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        self.producers = {o: node for node in graph.node for o in node.output if o}
+        self.readers = {}
+        for node in graph.node:
+            for name in node.input:
+                if name:
+                    self.readers.setdefault(name, []).append(node)
+
+    @property
+    def nodes(self) -> list:
+        return list(self.model.graph.node)
+
+    def is_float_activation(self, name: str) -> bool:
+        """A float tensor computed from the model's inputs (not a constant), in this graph."""
+        return (bool(name) and name not in self.constant and self.types.get(name) == FLOAT
+                and (name in self.producers or name in self.inputs))
+
+    def per_sample_elements(self, name: str) -> int | None:
+        """Elements of ``name`` past its first (batch) axis, where every such dim is known."""
+        shape = self.shapes.get(name)
+        if shape is None or not shape or any(d is None for d in shape[1:]):
+            return None
+        count = 1
+        for d in shape[1:]:
+            count *= d
+        return count
+
+
+def kept_nodes(model, keep_float: tuple[str, ...]) -> list:
+    """The main-graph nodes that ``keep_float`` names, by node name or operator type."""
+    kept = set(keep_float)
+    return [node for node in model.graph.node
+            if node.name in kept or node.op_type in kept or (not node.name and node.output and node.output[0] in kept)]

@@ -1,0 +1,287 @@
+"""``--target onnxruntime``: the pairs where onnxruntime's CPU provider turns them into its int8 kernels, and
+nowhere else.
+
+onnxruntime (1.32, `qdq_selector_action_transformer.cc`) replaces ``DequantizeLinear -> op -> QuantizeLinear``
+by an int8 kernel only for some operators, and only when every data input comes from a DequantizeLinear and the
+output goes to one QuantizeLinear (``../shared/notes/ort-qdq-fusion.md``). Around any other operator a pair is
+a conversion to float and back, so a pair per operator makes a model slower than the float one. This target:
+
+1. runs in int8 the convolutions and matrix products (QLinearConv, QLinearMatMul, QGemm) and, where their
+   neighbours are int8 too, the operators with int8 kernels: Add and Mul (QLinearAdd, QLinearMul; a constant
+   operand is quantized per tensor so that it comes from a DequantizeLinear too), Concat, GlobalAveragePool,
+   AveragePool, Sigmoid, LeakyRelu, Softmax, and the operators that only move values (MaxPool, Reshape,
+   Transpose, Squeeze, Unsqueeze, Flatten, Resize, Slice), whose pairs share one scale and zero point so that
+   onnxruntime runs them on the codes;
+2. leaves every other operator float, with one DequantizeLinear where a float island starts and one
+   QuantizeLinear where it ends (not a pair per node): an operator with an int8 kernel stays float too when
+   running it in int8 would need a conversion that nothing else needs (a pair on a tensor of more than
+   `SMALL_ELEMENTS` values per sample that no other int8 operator reads or writes);
+3. folds a Relu or a Clip from 0 read alone from an int8 operator into that operator's QuantizeLinear
+   (onnxruntime's Relu/Clip-Q fusion), and a Mul or Div by a positive scalar constant read from a pair into
+   the pair's DequantizeLinear scale (Paddle's hard swish ``x * Clip(x + 3, 0, 6) / 6`` becomes QLinearAdd and
+   QLinearMul).
+
+The rewrites that make more of a graph fusable before it is calibrated (HardSigmoid after a Conv folded into
+its weights as a Clip) are in `onnx_folding`; this module only places the pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import GraphView, kept_nodes, node_key, node_label
+from .pairs import Activation, Operand, Placement, ScaleFold, Skipped
+from .qdq_portable import kept_reasons
+
+ANCHORS = frozenset({"Conv", "MatMul", "Gemm"})
+BINARY = frozenset({"Add", "Mul"})  # QLinearAdd, QLinearMul
+KERNELS = frozenset({"Concat", "GlobalAveragePool", "AveragePool", "Sigmoid", "LeakyRelu", "Softmax"})
+MOVES = frozenset({"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Resize", "Slice"})
+FOLDED = frozenset({"Relu", "Clip"})  # into the QuantizeLinear after an int8 operator
+SCALES = frozenset({"Mul", "Div"})  # by a positive scalar constant: into the DequantizeLinear before
+# Which inputs are activations (None: every input that is not constant); the rest are weights or parameters.
+DATA_INPUTS = {"Conv": (0,), "Gemm": (0, 1), "MatMul": (0, 1), "Resize": (0,), "Reshape": (0,), "Slice": (0,),
+               "Squeeze": (0,), "Unsqueeze": (0,), "Clip": (0,)}
+# A tensor this small (values per sample) costs little to convert: an int8 operator may need a pair on it alone.
+SMALL_ELEMENTS = 4096
+
+
+FLOAT_DEPTHWISE_KERNELS: set[int] = set()
+
+
+def float_product(node, view: GraphView) -> str | None:
+    """Why onnxruntime runs this product faster in float, or None."""
+    if node.op_type != "Conv":
+        return None
+    attributes = {a.name: a for a in node.attribute}
+    group = attributes["group"].i if "group" in attributes else 1
+    kernel = list(attributes["kernel_shape"].ints) if "kernel_shape" in attributes else []
+    if group > 1 and kernel and kernel[0] in FLOAT_DEPTHWISE_KERNELS:
+        return f"depthwise {kernel[0]}x{kernel[0]}: faster in float in onnxruntime on this CPU"
+    return None
+
+
+def _scalar(view: GraphView, arrays, name: str) -> float | None:
+    value = arrays(name) if name in view.constant else None
+    if value is None or np.asarray(value).size != 1:
+        return None
+    return float(np.asarray(value, np.float64).reshape(-1)[0])
+
+
+class _Graph:
+    """The decisions of one placement: which nodes run in int8, and what that makes of each tensor."""
+
+    def __init__(self, view: GraphView, keep_float: tuple[str, ...], float_weights: set[str], arrays):
+        self.view, self.given_float, self.arrays = view, float_weights, arrays
+        self._folded_ids: set[int] = set()
+        self._inside: dict[str, object] = {}
+        self.kept = kept_reasons(view.model, keep_float)
+        self.kept_nodes = {id(n) for n in kept_nodes(view.model, keep_float)}
+        self.kind: dict[int, str] = {}  # id(node) -> anchor, binary, kernel, move, scale, fold
+        self.float_weights: dict[str, str] = {}  # weights of the products this target keeps float
+        self.operands: dict[int, list[str]] = {}  # id(binary node) -> its constant operands
+        self.factor: dict[int, float] = {}  # id(scale node) -> what its DequantizeLinear's scale is multiplied by
+        for node in view.nodes:
+            if node.domain in ("", "ai.onnx") and id(node) not in self.kept_nodes:
+                kind = self._kind(node)
+                if kind:
+                    self.kind[id(node)] = kind
+        self.int8 = {key for key, kind in self.kind.items() if kind != "fold"}
+
+    # ------------------------------------------------------------------------------------------ kinds
+
+    def data_inputs(self, node) -> list[str]:
+        positions = DATA_INPUTS.get(node.op_type)
+        return [name for position, name in enumerate(node.input)
+                if name and (positions is None or position in positions) and name not in self.view.constant]
+
+    def _kind(self, node) -> str | None:
+        view, op = self.view, node.op_type
+        if op in ANCHORS:
+            if any(n in self.given_float for n in node.input[:2]) or not self.data_inputs(node):
+                return None  # a float weight (excluded, or not a weight we quantize): the product stays float
+            reason = float_product(node, view)
+            if reason:
+                self.float_weights.update({n: reason for n in node.input[1:2] if n in view.constant})
+                return None
+            return "anchor"
+        if op in SCALES and len(node.input) == 2 and (op == "Mul" or node.input[1] in view.constant):
+            constants = [n for n in node.input if n in view.constant]
+            value = _scalar(view, self.arrays, constants[0]) if len(constants) == 1 else None
+            if value is not None and value > 0 and np.isfinite(value):
+                self.factor[id(node)] = value if op == "Mul" else 1.0 / value
+                return "scale"
+        if op in BINARY and len(node.input) == 2:
+            constants = [n for n in node.input if n in view.constant]
+            if len(constants) == 2 or any(view.types.get(n) != 1 for n in constants):
+                return None
+            self.operands[id(node)] = constants
+            return "binary"
+        if op in KERNELS:
+            return "kernel" if op != "Softmax" or self._softmax_on_last_axis(node) else None
+        if op in MOVES:
+            return "move"
+        if op in FOLDED:
+            low = 0.0
+            if op == "Clip":
+                low_name = node.input[1] if len(node.input) > 1 else ""
+                low = _scalar(view, self.arrays, low_name) if low_name else None
+                if low is None and not low_name:
+                    low = next((a.f for a in node.attribute if a.name == "min"), float("-inf"))
+            return "fold" if low is not None and low <= 0.0 else None
+        return None
+
+    def _softmax_on_last_axis(self, node) -> bool:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        shape = self.view.shapes.get(node.input[0])
+        return axis == -1 or (shape is not None and axis == len(shape) - 1)
+
+    # -------------------------------------------------------------------------------------- tensors
+
+    def _int8_output(self, node) -> bool:
+        return id(node) in self.int8 or id(node) in self._folded_ids
+
+    def can_quantize(self, name: str) -> bool:
+        view = self.view
+        return view.is_float_activation(name) and name not in view.outputs and name not in self.kept
+
+    def produced_int8(self, name: str) -> bool:
+        producer = self.view.producers.get(name)
+        return producer is not None and name not in self._inside and self._int8_output(producer)
+
+    def read_int8(self, name: str, besides=None) -> bool:
+        return any(id(r) in self.int8 and r is not besides for r in self.view.readers.get(name, []))
+
+    def small(self, name: str) -> bool:
+        count = self.view.per_sample_elements(name)
+        return count is not None and count <= SMALL_ELEMENTS
+
+    def output_of(self, node) -> str:
+        """The tensor an int8 node's QuantizeLinear quantizes: its output, or its folded activation's."""
+        name = node.output[0]
+        while name in self._inside:
+            name = self._inside[name].output[0]
+        return name
+
+    # ------------------------------------------------------------------------------------ decisions
+
+    def settle(self) -> None:
+        """Drop from int8 every operator (but the anchors) that would need a conversion nothing else needs, and
+        every operator (anchors too) that reads or writes a tensor that cannot be quantized, until none does."""
+        while True:
+            self._folded_ids = set()
+            self._inside = {}
+            # Folds chain (Conv -> Relu -> Clip): resolve them in graph order.
+            for node in self.view.nodes:
+                if self.kind.get(id(node)) != "fold":
+                    continue
+                source = node.input[0]
+                producer = self.view.producers.get(source)
+                if producer is not None and len(self.view.readers.get(source, [])) == 1 \
+                        and source not in self.view.outputs and source not in self.kept \
+                        and (id(producer) in self.int8 or id(producer) in self._folded_ids):
+                    self._folded_ids.add(id(node))
+                    self._inside[source] = node
+            dropped = [node for node in self.view.nodes if id(node) in self.int8 and self._drop(node)]
+            if not dropped:
+                return
+            for node in dropped:
+                self.int8.discard(id(node))
+
+    def _drop(self, node) -> bool:
+        kind = self.kind[id(node)]
+        inputs = self.data_inputs(node)
+        if not inputs or any(not self.can_quantize(name) for name in inputs):
+            return True
+        if kind == "scale":
+            # Only a pair's DequantizeLinear can take the factor: the input must be quantized anyway.
+            source = inputs[0]
+            return not (self.produced_int8(source) or self.read_int8(source, besides=node))
+        output = self.output_of(node)
+        if kind != "anchor":
+            if not self.can_quantize(output):
+                return True
+            for name in inputs:
+                if not (self.produced_int8(name) or self.read_int8(name, besides=node) or self.small(name)):
+                    return True
+            if not (self.read_int8(output) or self.small(output)):
+                return True
+        return False
+
+    def quantized(self, name: str) -> bool:
+        return self.can_quantize(name) and name not in self._inside and (self.produced_int8(name) or self.read_int8(name))
+
+
+def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | None = None, arrays=None) -> Placement:
+    """The pairs of ``model`` (a ModelProto) for onnxruntime. ``float_weights``: weights that stay float (their
+    Conv/MatMul/Gemm stays float); ``arrays(name)``: a main-graph constant's values, or None (for the scalar
+    operands of Mul/Div and Clip's bounds)."""
+    view = GraphView(model)
+    arrays = arrays or (lambda name: None)
+    state = _Graph(view, keep_float, set(float_weights or ()), arrays)
+    state.settle()
+    chosen: dict[str, Activation] = {}
+    skipped: dict[str, Skipped] = {}
+    int8_labels, float_labels = [], []
+
+    def activation(name: str) -> Activation:
+        producer = view.producers.get(name)
+        return chosen.setdefault(name, Activation(name, "" if producer is None else node_label(producer),
+                                                  "" if producer is None else node_key(producer)))
+
+    scale_nodes = []
+    for node in view.nodes:
+        if node.op_type == "Constant":
+            continue
+        in_int8 = id(node) in state.int8 or id(node) in state._folded_ids
+        (int8_labels if in_int8 else float_labels).append(node_label(node))
+        if id(node) in state.int8 and state.kind[id(node)] == "scale":
+            scale_nodes.append(node)
+            continue
+        for name in list(node.input) + list(node.output[:1]):
+            if not name or name in chosen:
+                if name in chosen and name in node.input:
+                    chosen[name].readers.append(node_label(node))
+                    chosen[name].ops.add(node.op_type)
+                continue
+            if state.quantized(name):
+                entry = activation(name)
+                entry.ops.add(node.op_type)
+                if name in node.input:
+                    entry.readers.append(node_label(node))
+            elif view.is_float_activation(name) and (name in node.input and id(node) in state.int8
+                                                      or name in node.output and in_int8):
+                reason = (state.kept.get(name) or ("a model output (stays float)" if name in view.outputs else None)
+                          or (f"inside the fused chain of {node_label(view.producers[name])} (read by "
+                              f"{state._inside[name].op_type} alone)" if name in state._inside else None))
+                if reason:
+                    skipped.setdefault(name, Skipped(name, reason))
+    # Scale folds: the node goes, its input's pair gets a second DequantizeLinear that writes its output (a fold of
+    # a fold's output reads the first pair's codes, the factors multiplied).
+    folds = []
+    folded: dict[str, tuple[str, float]] = {}  # a folded node's output -> (the pair's activation, factor)
+    for node in scale_nodes:
+        source, factor = state.data_inputs(node)[0], state.factor[id(node)]
+        read = source
+        if source in folded:
+            source, before = folded[source]
+            factor *= before
+        folds.append(ScaleFold(source, node, factor))
+        folded[node.output[0]] = (source, factor)
+        chosen.pop(node.output[0], None)
+        if not chosen[source].readers and chosen[source].shown_as in (None, read):
+            chosen[source].shown_as = node.output[0]
+    # Ties: what a value-moving operator writes takes the scale and zero point of what it reads.
+    for node in view.nodes:
+        if id(node) in state.int8 and state.kind[id(node)] == "move":
+            output = state.output_of(node)
+            if output in chosen and node.input[0] in chosen:
+                root = node.input[0]
+                while chosen[root].tie is not None:
+                    root = chosen[root].tie
+                chosen[output].tie = root
+    operands = [Operand(name, node_label(node), node) for node in view.nodes if id(node) in state.int8
+                and state.kind[id(node)] == "binary" for name in state.operands[id(node)]]
+    return Placement("onnxruntime", list(chosen.values()), [s for name, s in skipped.items() if name not in chosen],
+                     operands, folds, state.float_weights,
+                     int8_labels, float_labels)
