@@ -420,11 +420,6 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         static_plan = static_quantization.plan(model, static, samples,
                                                {c.found.name for c in choices if not c.quantized})
         static_plan.folding = folding
-        kept_by_target = static_plan.placed.float_weights
-        choices = [Choice(c.found, None, kept_by_target[c.found.name], c.symmetric)
-                   if c.quantized and c.found.name in kept_by_target and ": " not in c.found.location else c
-                   for c in choices]
-        chosen = [c for c in choices if c.quantized]
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             static_quantization.calibrate(static_plan, model.model, static, advance)
         static_plan.float_model = import_onnx().ModelProto()

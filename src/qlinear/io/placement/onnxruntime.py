@@ -46,21 +46,6 @@ DATA_INPUTS = {"Conv": (0,), "Gemm": (0, 1), "MatMul": (0, 1), "Resize": (0,), "
 SMALL_ELEMENTS = 4096
 
 
-FLOAT_DEPTHWISE_KERNELS: set[int] = set()
-
-
-def float_product(node, view: GraphView) -> str | None:
-    """Why onnxruntime runs this product faster in float, or None."""
-    if node.op_type != "Conv":
-        return None
-    attributes = {a.name: a for a in node.attribute}
-    group = attributes["group"].i if "group" in attributes else 1
-    kernel = list(attributes["kernel_shape"].ints) if "kernel_shape" in attributes else []
-    if group > 1 and kernel and kernel[0] in FLOAT_DEPTHWISE_KERNELS:
-        return f"depthwise {kernel[0]}x{kernel[0]}: faster in float in onnxruntime on this CPU"
-    return None
-
-
 def _scalar(view: GraphView, arrays, name: str) -> float | None:
     value = arrays(name) if name in view.constant else None
     if value is None or np.asarray(value).size != 1:
@@ -78,7 +63,6 @@ class _Graph:
         self.kept = kept_reasons(view.model, keep_float)
         self.kept_nodes = {id(n) for n in kept_nodes(view.model, keep_float)}
         self.kind: dict[int, str] = {}  # id(node) -> anchor, binary, kernel, move, scale, fold
-        self.float_weights: dict[str, str] = {}  # weights of the products this target keeps float
         self.operands: dict[int, list[str]] = {}  # id(binary node) -> its constant operands
         self.factor: dict[int, float] = {}  # id(scale node) -> what its DequantizeLinear's scale is multiplied by
         for node in view.nodes:
@@ -100,10 +84,6 @@ class _Graph:
         if op in ANCHORS:
             if any(n in self.given_float for n in node.input[:2]) or not self.data_inputs(node):
                 return None  # a float weight (excluded, or not a weight we quantize): the product stays float
-            reason = float_product(node, view)
-            if reason:
-                self.float_weights.update({n: reason for n in node.input[1:2] if n in view.constant})
-                return None
             return "anchor"
         if op in SCALES and len(node.input) == 2 and (op == "Mul" or node.input[1] in view.constant):
             constants = [n for n in node.input if n in view.constant]
@@ -283,5 +263,5 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
     operands = [Operand(name, node_label(node), node) for node in view.nodes if id(node) in state.int8
                 and state.kind[id(node)] == "binary" for name in state.operands[id(node)]]
     return Placement("onnxruntime", list(chosen.values()), [s for name, s in skipped.items() if name not in chosen],
-                     operands, folds, state.float_weights,
+                     operands, folds,
                      int8_labels, float_labels)

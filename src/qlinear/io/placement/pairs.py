@@ -65,7 +65,5 @@ class Placement:
     skipped: list[Skipped]
     operands: list[Operand] = field(default_factory=list)
     scale_folds: list[ScaleFold] = field(default_factory=list)
-    # Weights that must stay float: the target runs their operator in float (name -> why).
-    float_weights: dict[str, str] = field(default_factory=dict)
     int8_nodes: list[str] = field(default_factory=list)  # node labels the target runs on the codes
     float_nodes: list[str] = field(default_factory=list)  # node labels left float (between a DQ and a Q)
