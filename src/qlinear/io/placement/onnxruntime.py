@@ -14,8 +14,10 @@ a conversion to float and back, so a pair per operator makes a model slower than
    onnxruntime runs them on the codes;
 2. leaves every other operator float, with one DequantizeLinear where a float island starts and one
    QuantizeLinear where it ends (not a pair per node): an operator with an int8 kernel stays float too when
-   running it in int8 would need a conversion that nothing else needs (a pair on a tensor of more than
-   `SMALL_ELEMENTS` values per sample that no other int8 operator reads or writes);
+   running it in int8 would need more conversions than running it in float, or as many but some (counting the
+   QuantizeLinear and DequantizeLinear nodes it alone needs, on tensors of more than `SMALL_ELEMENTS` values per
+   sample): a pair inside a chain that onnxruntime fuses in float (LayerNormalization) would break the chain;
+   an Add or Mul with a constant operand runs in int8 only on a value an int8 operator writes;
 3. folds a Relu or a Clip from 0 read alone from an int8 operator into that operator's QuantizeLinear
    (onnxruntime's Relu/Clip-Q fusion), and a Mul or Div by a positive scalar constant read from a pair into
    the pair's DequantizeLinear scale (Paddle's hard swish ``x * Clip(x + 3, 0, 6) / 6`` becomes QLinearAdd and
@@ -178,15 +180,31 @@ class _Graph:
             source = inputs[0]
             return not (self.produced_int8(source) or self.read_int8(source, besides=node))
         output = self.output_of(node)
-        if kind != "anchor":
-            if not self.can_quantize(output):
-                return True
-            for name in inputs:
-                if not (self.produced_int8(name) or self.read_int8(name, besides=node) or self.small(name)):
-                    return True
-            if not (self.read_int8(output) or self.small(output)):
-                return True
-        return False
+        if kind == "anchor":
+            return False
+        if not self.can_quantize(output):
+            return True
+        if not (self.read_int8(output) or any(self.produced_int8(name) for name in inputs)):
+            return True  # no int8 neighbour: nothing to gain, and a pair may break a chain onnxruntime fuses in float
+        if self.operands.get(id(node)) and not self.produced_int8(inputs[0]):
+            return True  # a constant applied to what a float island computes (a LayerNorm's gamma) is the island's
+        # On a tie the operator stays float when conversions are at stake: onnxruntime fuses float chains (a
+        # LayerNorm's ReduceMean ... Mul, Add) that a pair inside would break.
+        in_int8, in_float = (self.conversions(node, inputs, output, side) for side in (True, False))
+        return in_int8 > in_float or in_int8 == in_float > 0
+
+    def conversions(self, node, inputs: list[str], output: str, in_int8: bool) -> int:
+        """The QuantizeLinear/DequantizeLinear nodes ``node`` needs that nothing else does, in int8 or in float
+        (a tensor of at most `SMALL_ELEMENTS` values per sample costs nothing)."""
+        count = 0
+        for name in dict.fromkeys(inputs):
+            quantized_anyway = self.produced_int8(name) or self.read_int8(name, besides=node)
+            if not self.small(name) and quantized_anyway != in_int8:
+                count += 1  # int8: a QuantizeLinear for it alone; float: a DequantizeLinear of a quantized input
+        read_in_int8 = self.read_int8(output)
+        if not self.small(output) and read_in_int8 != in_int8:
+            count += 1  # int8: a DequantizeLinear for the float readers alone; float: a QuantizeLinear for int8 ones
+        return count
 
     def quantized(self, name: str) -> bool:
         return self.can_quantize(name) and name not in self._inside and (self.produced_int8(name) or self.read_int8(name))

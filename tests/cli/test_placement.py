@@ -1,0 +1,241 @@
+"""Where `qlinear quantize --calibrate` puts its pairs: `--target onnxruntime` (the default) where onnxruntime's
+CPU provider turns them into int8 kernels, and `--target qdq-portable` around every operator a QDQ runtime may
+fuse. The oracle of "onnxruntime runs it in int8" is onnxruntime itself: the graph it optimized
+(``SessionOptions.optimized_model_filepath``); of the values, onnxruntime without its fusions and onnx's
+reference evaluator (`qlinear run`) on the written model, and the float model within quantization error.
+
+The model is built here as Paddle exports a MobileNetV3 block: convolutions with batch norms and biases as
+``Add(x, Reshape(b))``, hard swish as ``x * Clip(x + 3, 0, 6) / 6``, a squeeze-excite block ending in a
+HardSigmoid, a residual Add, pooling, a reshape and a MatMul head with a Softmax output, and a float island (a
+LayerNorm-like Sub/Pow/ReduceMean chain) that onnxruntime has no int8 kernel for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qlinear.cli import main
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+C = 8
+
+
+def _block_model(opset: int = 13) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value, np.float32 if np.asarray(value).dtype.kind == "f"
+                                                        else np.int64), name))
+        return name
+
+    def conv(x, out, cin, cout, k, group=1, bias=True):
+        w = const(f"{out}_w", rng.normal(0, 0.3, (cout, cin // group, k, k)))
+        nodes.append(helper.make_node("Conv", [x, w], [f"{out}_c"], pads=[k // 2] * 4, group=group, name=f"{out}_conv"))
+        if not bias:
+            return f"{out}_c"
+        shape = const(f"{out}_bshape", [1, cout, 1, 1])
+        nodes.append(helper.make_node("Reshape", [const(f"{out}_b", rng.normal(0, 0.1, cout)), shape], [f"{out}_rb"]))
+        nodes.append(helper.make_node("Add", [f"{out}_c", f"{out}_rb"], [out], name=f"{out}_bias"))
+        return out
+
+    def batch_norm(x, out, channels):
+        nodes.append(helper.make_node("BatchNormalization", [x, const(f"{out}_g", rng.uniform(0.5, 1.5, channels)),
+                                                             const(f"{out}_beta", rng.normal(0, 0.1, channels)),
+                                                             const(f"{out}_m", rng.normal(0, 0.1, channels)),
+                                                             const(f"{out}_v", rng.uniform(0.5, 1.5, channels))],
+                                      [out], name=f"{out}_bn"))
+        return out
+
+    def hard_swish(x, out):
+        nodes.append(helper.make_node("Add", [x, const(f"{out}_three", 3.0)], [f"{out}_a"], name=f"{out}_add3"))
+        nodes.append(helper.make_node("Clip", [f"{out}_a", const(f"{out}_lo", 0.0), const(f"{out}_hi", 6.0)],
+                                      [f"{out}_clip"], name=f"{out}_clip"))
+        nodes.append(helper.make_node("Mul", [x, f"{out}_clip"], [f"{out}_m"], name=f"{out}_mul"))
+        nodes.append(helper.make_node("Div", [f"{out}_m", const(f"{out}_six", 6.0)], [out], name=f"{out}_div"))
+        return out
+
+    x = "x"
+    h = hard_swish(batch_norm(conv(x, "stem", 3, C, 3, bias=False), "stem_bn", C), "hs1")
+    d = conv(h, "dw", C, C, 3, group=C)
+    r = "dw_relu"
+    nodes.append(helper.make_node("Relu", [d], [r], name="dw_relu"))
+    # squeeze-excite
+    nodes.append(helper.make_node("GlobalAveragePool", [r], ["se_pool"], name="se_pool"))
+    s1 = conv("se_pool", "se1", C, 4, 1)
+    nodes.append(helper.make_node("Relu", [s1], ["se1_relu"], name="se1_relu"))
+    s2 = conv("se1_relu", "se2", 4, C, 1)
+    nodes.append(helper.make_node("HardSigmoid", [s2], ["se_gate"], alpha=0.2, beta=0.5, name="se_gate"))
+    nodes.append(helper.make_node("Mul", [r, "se_gate"], ["se_out"], name="se_mul"))
+    p = conv("se_out", "pw", C, C, 1)
+    nodes.append(helper.make_node("Add", [p, h], ["res"], name="residual"))
+    # a float island: (res - mean) ** 2 (onnxruntime has no int8 Sub/Pow/ReduceMean)
+    nodes.append(helper.make_node("ReduceMean", ["res"], ["mean"], axes=[1], keepdims=1, name="island_mean"))
+    nodes.append(helper.make_node("Sub", ["res", "mean"], ["centred"], name="island_sub"))
+    nodes.append(helper.make_node("Mul", ["centred", "centred"], ["squared"], name="island_square"))
+    q = conv("squared", "post", C, C, 1)
+    nodes.append(helper.make_node("MaxPool", [q], ["pooled"], kernel_shape=[2, 2], strides=[2, 2], name="maxpool"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["pooled"], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], axis=1, name="flatten"))
+    w = const("head_w", rng.normal(0, 0.3, (C, 5)))
+    nodes.append(helper.make_node("MatMul", ["flat", w], ["logits"], name="head"))
+    nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="softmax"))
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("placement")
+    model_path = folder / "block.onnx"
+    onnx.save(_block_model(), str(model_path))
+    rng = np.random.default_rng(9)
+    np.savez(folder / "calibration.npz", x=rng.normal(0, 1, (24, 3, 32, 32)).astype(np.float32))
+    return folder, model_path
+
+
+def _quantize(capsys, *args):
+    code = main(["quantize", *map(str, args), "--json"])
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+
+
+def _optimized(path, tmp_path) -> onnx.ModelProto:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(tmp_path / f"{path.stem}.optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return onnx.load(options.optimized_model_filepath)
+
+
+def _ops(model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def _run(path, x, level):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = level
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.fixture(scope="module")
+def targets(built, tmp_path_factory):
+    folder, model_path = built
+    out = {}
+    for target in ("onnxruntime", "qdq-portable"):
+        path = folder / f"{target}.onnx"
+        code = main(["quantize", str(model_path), "--dtype", "int8", "--calibrate", str(folder / "calibration.npz"),
+                     "-o", str(path), "--target", target, "--no-eval", "--no-latency", "--report-samples", "4",
+                     "--json"])
+        assert code == 0
+        out[target] = path
+    return out
+
+
+def test_onnxruntime_target_runs_every_product_and_its_neighbours_in_int8(targets, tmp_path):
+    optimized = _optimized(targets["onnxruntime"], tmp_path)
+    ops = _ops(optimized)
+    # Every Conv and the MatMul are int8 kernels; so are the hard swishes (QLinearAdd with the quantized 3, the
+    # Clip folded into its QuantizeLinear, the /6 into the next DequantizeLinear's scale, QLinearMul), the
+    # squeeze-excite gate (its HardSigmoid folded into the Conv as a Clip), the residual Add and the pools.
+    assert ops.get("QLinearConv") == 6 and ops.get("QLinearMatMul", 0) + ops.get("QGemm", 0) == 1, ops
+    assert ops.get("QLinearAdd", 0) >= 2 and ops.get("QLinearMul", 0) >= 2, ops
+    assert not {"HardSigmoid", "Div", "Clip", "BatchNormalization", "Conv", "MatMul"} & set(ops), ops
+    # The float island (ReduceMean, Sub, Mul) runs in float between one DequantizeLinear and one QuantizeLinear.
+    assert {"ReduceMean", "Sub"} <= set(ops)
+    portable = _ops(_optimized(targets["qdq-portable"], tmp_path))
+    conversions = ops.get("QuantizeLinear", 0) + ops.get("DequantizeLinear", 0)
+    assert conversions <= 6, ops  # the input's Q, the island's DQ and Q, the Softmax's DQ
+    assert conversions < portable.get("QuantizeLinear", 0) + portable.get("DequantizeLinear", 0), portable
+
+
+def test_float_island_has_one_pair_at_each_edge(targets):
+    """The island ReduceMean -> Sub -> Mul reads one DequantizeLinear (of the residual sum, which QLinearAdd
+    writes: in float both its inputs would need one) and ends in one QuantizeLinear (the square needs one
+    conversion in int8 or in float, and stays float, as a LayerNorm's last operators do)."""
+    model = onnx.load(str(targets["onnxruntime"]))
+    produced = {o: n for n in model.graph.node for o in n.output}
+    assert produced["mean"].op_type == "ReduceMean" and produced["mean"].input == ["res"]
+    assert produced["res"].op_type == "DequantizeLinear"
+    assert produced["centred"].op_type == "Sub"
+    square = produced[produced[produced["squared"].input[0]].input[0]]
+    assert produced["squared"].op_type == "DequantizeLinear" and square.op_type == "Mul"
+
+
+def test_scale_fold_and_operands_are_exact_dequantizations(targets):
+    """The /6 of each hard swish is gone: a DequantizeLinear of the product's codes with the scale times 1/6
+    writes its output (float32(scale / 6)), and Add's constant 3 comes from a DequantizeLinear of uint8 codes."""
+    model = onnx.load(str(targets["onnxruntime"]))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    produced = {o: n for n in model.graph.node for o in n.output}
+    assert not any(n.op_type == "Div" for n in model.graph.node)
+    folded = produced["hs1"]
+    assert folded.op_type == "DequantizeLinear"
+    codes_q = produced[folded.input[0]]
+    pair_scale = inits[codes_q.input[1]]
+    assert inits[folded.input[1]] == np.float32(np.float64(pair_scale) / 6.0)
+    add = next(n for n in model.graph.node if n.name == "hs1_add3")
+    three = produced[add.input[1]]
+    assert three.op_type == "DequantizeLinear"
+    value = (inits[three.input[0]].astype(np.float64) - inits[three.input[2]]) * inits[three.input[1]]
+    assert abs(float(value) - 3.0) <= float(inits[three.input[1]]) / 2
+
+
+def test_values_agree_with_the_runtimes_and_the_float_model(built, targets):
+    import qlinear.onnx
+
+    folder, model_path = built
+    x = np.random.default_rng(11).normal(0, 1, (6, 3, 32, 32)).astype(np.float32)
+    want = _run(model_path, x, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    for path in targets.values():
+        basic = _run(path, x, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)  # the ONNX semantics
+        fused = _run(path, x, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)  # the int8 kernels
+        ours = np.asarray(qlinear.onnx.run(path, {"x": x})["probs"])
+        assert np.max(np.abs(ours - basic)) <= 0.02, path  # one output step where float rounding moves a Q
+        assert np.max(np.abs(fused - basic)) <= 0.05, path
+        assert (basic.argmax(1) == want.argmax(1)).mean() >= 5 / 6, path
+        assert np.max(np.abs(basic - want)) <= 0.15, path
+
+
+def test_the_report_says_what_onnxruntime_runs_in_int8(built, capsys, tmp_path):
+    folder, model_path = built
+    code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
+                                  "-o", tmp_path / "timed.onnx", "--no-eval", "--report-samples", "2")
+    assert code == 0, err
+    activations, latency = report["activations"], report["model"]["latency"]
+    assert activations["target"] == "onnxruntime"
+    assert {row["kind"] for row in activations["operands"]} == {"operand"}
+    assert set(latency["threads"]) == {"1", "2"}
+    for figures in latency["threads"].values():
+        assert figures["float_ms"] > 0 and figures["quantized_ms"] > 0 and figures["runs"] >= 5
+        assert figures["ratio"] == pytest.approx(figures["quantized_ms"] / figures["float_ms"])
+    assert latency["batch"] == {"x": [8, 3, 32, 32]}  # a batch of the calibration data: the batch axis is free
+    nodes = latency["nodes"]
+    assert nodes["int8"]["QLinearConv"] == 6 and "Sub" in nodes["float"] and "island_sub" in nodes["float_nodes"]
+    code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
+                                  "-o", tmp_path / "untimed.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
+    assert code == 0 and "latency" not in report["model"]
+    code, _, err = _quantize(capsys, model_path, "--dtype", "int8", "--no-latency", "-o", tmp_path / "w.onnx")
+    assert code == 2 and err.count("\n") == 1 and "--no-latency applies to static quantization" in err
+
+
+def test_target_is_checked(built, capsys, tmp_path):
+    folder, model_path = built
+    with pytest.raises(SystemExit) as raised:
+        main(["quantize", str(model_path), "--dtype", "int8", "--calibrate", str(folder / "calibration.npz"),
+              "--target", "tensorrt", "-o", str(tmp_path / "t.onnx")])
+    assert raised.value.code == 2
+    assert "invalid choice: 'tensorrt'" in capsys.readouterr().err
