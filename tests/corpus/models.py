@@ -99,15 +99,17 @@ def require(name: str) -> Path:
     return found
 
 
-def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2) -> Runner:
+def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2, optimized: bool = False) -> Runner:
     """An onnxruntime CPU session for ``model`` (a path or the serialized model bytes) wrapped as
     ``run(feeds) -> list of outputs``. Basic graph optimizations only (constant folding, redundant node
-    removal), so the graph that runs is close to the file's; log severity 3 (errors only)."""
+    removal), so the graph that runs is close to the file's; with ``optimized``, onnxruntime's default (all:
+    a QDQ model runs in its int8 kernels, as deployed). Log severity 3 (errors only)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     options.intra_op_num_threads = threads
     # Idle workers would spin after each run, taking the core another test (or the other pytest worker) needs.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")

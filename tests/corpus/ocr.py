@@ -368,6 +368,144 @@ def make_rec_data(n: int = 150, seed: int = 20240601) -> RecData:
     return RecData(images, tuple(labels), tuple(raw))
 
 
+# ------------------------------------------------------------------------------ the held-out split
+#
+# Lines that no default or threshold of qlinear was chosen on: other faces (the Liberation, GNU FreeFont and URW
+# base-35 families: Debian's fonts-liberation2, fonts-freefont-ttf and fonts-urw-base35, which .ci/run installs),
+# other words, Chinese lines where a CJK face is present (WenQuanYi Micro Hei, fonts-wqy-microhei), and wider
+# ranges of size, ink contrast, blur, noise and length than the corpus data. `tests/corpus/test_corpus_heldout.py`
+# measures the default static int8 recogniser on it; nothing is tuned on it.
+
+HELDOUT_WORDS = """
+abstract accident advice agency airport alcohol amazing analysis ancient angle anxiety apartment argument
+arrival article attempt attitude audience autumn average balance balloon bamboo barrier battery beneath
+bicycle biology blanket bottle boundary bracket breakfast brilliant budget cabinet calendar campaign
+candidate capacity capital carbon careful ceiling century chamber channel chapter charity chemical chicken
+circuit climate cluster coastal coffee collect comfort command complex concert conduct confirm contract
+copper corner cottage council counter courage crystal culture cushion customer dancing database daughter
+decade defence delivery density deposit desert detail diamond digital dinner display distance division
+doctor domestic donkey dozen drawing driver eastern economy editor elbow element elephant emergency empire
+energy engine episode equation evening evidence exact exhibit extract factory fashion feather festival
+fiction finance finger flavour flight forest fortune fountain freedom frozen gallery garden gasoline general
+genuine glacier global golden grammar granite gravity guitar habitat harbour harvest heavy helmet highway
+history holiday horizon hospital hunger husband identity image income infant initial insect instance
+invoice island jacket journal journey justice kettle kingdom kitchen label ladder lantern laptop lecture
+legend lemon leopard liberty library license lizard lobster lumber machine magnet mammal manager marble
+margin market meadow measure medicine melody member mercury message method midnight mineral mirror mission
+monitor monkey morning mortgage motion mountain museum mystery napkin narrow nation native network neutral
+nickel notebook novel nuclear number obvious ocean office olive opinion orange orbit orchard organic oxygen
+package palace panel parade parcel parking partner passage patient pattern pebble pencil pepper permit
+person phrase physics picnic pigeon planet plastic pocket poetry police portrait potato powder prairie
+premium pretty printer private problem process profit program project promise protein public pumpkin
+puzzle quarter question rabbit radius railway random reason record reflect region remote rescue resource
+ribbon rocket rubber saddle salmon sample satellite scissors season secret segment seminar sentence shadow
+shelter silver simple sketch slogan soldier source spinach spirit stadium station statue strategy stream
+student studio subject summit sunset surface symbol system tablet teacher tennis theory ticket timber
+tomato tongue tractor traffic transfer treasure triangle tribute trophy tunnel turtle umbrella uniform
+valley vampire vapour velvet venture version village vintage violin visitor volcano voyage wallet walnut
+warrior weather wedding welcome whisper window winter witness wizard wonder yellow yogurt zebra
+""".split()
+HELDOUT_WORDS = [word for word in HELDOUT_WORDS if word not in set(WORDS)]  # none of the corpus' words
+
+_HELDOUT_FACE_FILES = (
+    "truetype/liberation2/LiberationSans-Regular.ttf", "truetype/liberation2/LiberationSans-Bold.ttf",
+    "truetype/liberation2/LiberationSerif-Regular.ttf", "truetype/liberation2/LiberationSerif-Italic.ttf",
+    "truetype/liberation2/LiberationMono-Regular.ttf", "truetype/liberation2/LiberationSansNarrow-Regular.ttf",
+    "truetype/freefont/FreeSans.ttf", "truetype/freefont/FreeSerif.ttf", "truetype/freefont/FreeMono.ttf",
+    "truetype/freefont/FreeSansBoldOblique.ttf", "truetype/freefont/FreeSerifBoldItalic.ttf",
+    "opentype/urw-base35/NimbusSans-Regular.otf", "opentype/urw-base35/NimbusRoman-Regular.otf",
+    "opentype/urw-base35/C059-Roman.otf", "opentype/urw-base35/P052-Italic.otf",
+    "opentype/urw-base35/URWBookman-Light.otf", "opentype/urw-base35/URWGothic-Book.otf",
+    "opentype/urw-base35/NimbusMonoPS-Regular.otf", "opentype/urw-base35/NimbusSansNarrow-Bold.otf",
+)
+_CJK_FACE_FILES = ("truetype/wqy/wqy-microhei.ttc",)
+
+
+@functools.cache
+def heldout_faces() -> tuple[str, ...]:
+    """The held-out split's Latin faces found under /usr/share/fonts (none of them renders the corpus data)."""
+    return tuple(str(_FONT_ROOT / f) for f in _HELDOUT_FACE_FILES if (_FONT_ROOT / f).is_file())
+
+
+@functools.cache
+def cjk_face() -> str | None:
+    return next((str(_FONT_ROOT / f) for f in _CJK_FACE_FILES if (_FONT_ROOT / f).is_file()), None)
+
+
+@functools.cache
+def _common_chinese() -> tuple[str, ...]:
+    """The recogniser dictionary's CJK ideographs among its first 3000 entries (the most common ones)."""
+    return tuple(c for c in rec_characters()[1:3001] if "\u4e00" <= c <= "\u9fff")
+
+
+def _heldout_token(rng: np.random.Generator) -> str:
+    roll = rng.random()
+    if roll < 0.2:
+        return _number(rng)
+    if roll < 0.27:  # a code: letters and digits (part numbers, flight numbers, postcodes)
+        letters = "".join(chr(ord("A") + int(i)) for i in rng.integers(0, 26, int(rng.integers(1, 4))))
+        return f"{letters}{'-' if rng.random() < 0.5 else ''}{rng.integers(10, 100000)}"
+    word = HELDOUT_WORDS[rng.integers(len(HELDOUT_WORDS))]
+    casing = rng.random()
+    word = word.capitalize() if casing < 0.25 else word.upper() if casing < 0.35 else word
+    if rng.random() < 0.15:
+        word += _TRAILING[rng.integers(len(_TRAILING))]
+    return word
+
+
+def _heldout_text(rng: np.random.Generator) -> tuple[str, bool]:
+    """(text, chinese): a Chinese line of 2-12 common characters (a fifth of the lines, where a CJK face is
+    present), or 1-8 tokens of the held-out words, codes and numbers."""
+    if cjk_face() is not None and rng.random() < 0.2:
+        chars = _common_chinese()
+        return "".join(chars[i] for i in rng.integers(0, len(chars), int(rng.integers(2, 13)))), True
+    return " ".join(_heldout_token(rng) for _ in range(int(rng.integers(1, 9)))), False
+
+
+def render_heldout_line(text: str, chinese: bool, rng: np.random.Generator) -> np.ndarray:
+    """A held-out line: a held-out face at 16-60 px, ink 0-120 on background 140-255 (light on dark for a tenth
+    of the lines), blur up to radius 1.2 on a third, noise sigma 0-10."""
+    face = cjk_face() if chinese else heldout_faces()[rng.integers(len(heldout_faces()))]
+    font = _font(face, int(rng.integers(16, 61)))
+    alpha = _text_alpha(text, font, None if chinese else _word_gap(font, rng))
+    if rng.random() < 0.33:
+        blurred = Image.fromarray(alpha.astype(np.uint8)).filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2)))
+        alpha = np.asarray(blurred, np.float32)
+    size = font.size
+    top, bottom = (int(round(v * size)) for v in rng.uniform(0.05, 0.5, 2))
+    left, right = (int(round(v * size)) for v in rng.uniform(0.05, 0.8, 2))
+    h, w = alpha.shape
+    canvas = np.zeros((h + top + bottom, w + left + right), np.float32)
+    canvas[top : top + h, left : left + w] = alpha
+    ink, level = rng.uniform(0, 120), rng.uniform(140, 255)
+    if rng.random() < 0.1:
+        ink, level = 255 - ink, 255 - level
+    return _compose(canvas, ink, _background(canvas.shape, level, rng), rng.uniform(0.0, 10.0), rng)
+
+
+def make_rec_heldout(n: int = 150, seed: int = 20261204) -> RecData:
+    """``n`` held-out lines (at most 320/48 wide once tokens are dropped from the end), preprocessed for the
+    recogniser. Needs the held-out faces (`heldout_faces`); raises FileNotFoundError without them."""
+    if not heldout_faces():
+        raise FileNotFoundError("no held-out faces under /usr/share/fonts (Debian: fonts-liberation2 "
+                                "fonts-freefont-ttf fonts-urw-base35)")
+    rng = np.random.default_rng(seed)
+    labels, raw = [], []
+    while len(labels) < n:
+        text, chinese = _heldout_text(rng)
+        parts = list(text) if chinese else text.split(" ")
+        while parts:
+            text = "".join(parts) if chinese else " ".join(parts)
+            img = render_heldout_line(text, chinese, rng)
+            if img.shape[1] / img.shape[0] <= REC_WIDTH / REC_HEIGHT:
+                labels.append(text)
+                raw.append(img)
+                break
+            parts.pop()
+    images = np.stack([resize_norm_line(img, REC_HEIGHT, REC_WIDTH) for img in raw])
+    return RecData(images, tuple(labels), tuple(raw))
+
+
 @dataclass(frozen=True)
 class RecResult:
     texts: list[str]

@@ -77,11 +77,27 @@ def _source(model):
     return str(model) if isinstance(model, Path) else model.SerializeToString()
 
 
+def cpu() -> dict:
+    """The CPU the figures were measured on: its model name and whether it has VNNI (onnxruntime's u8s8
+    kernels add the products exactly with VPDPBUSD; without VNNI, VPMADDUBSW saturates pairs of them in int16)."""
+    from ..kernels._vector_width import host_has
+
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        import platform
+
+        name = platform.processor()
+    return {"model": name, "vnni": host_has("avx512vnni") or host_has("avxvnni")}
+
+
 def measure(float_model, quantized_model, feeds: dict) -> dict:
     """Median milliseconds of each model on 1 and 2 threads, and their ratio (quantized / float)."""
     import onnxruntime as ort
 
-    result = {"runtime": f"onnxruntime {ort.__version__} (default graph optimizations)",
+    result = {"runtime": f"onnxruntime {ort.__version__} (default graph optimizations)", "cpu": cpu(),
               "batch": {name: list(array.shape) for name, array in feeds.items()}, "threads": {}}
     for threads in THREADS:
         sessions = [_session(ort, _source(m), threads) for m in (float_model, quantized_model)]

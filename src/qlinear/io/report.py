@@ -331,7 +331,12 @@ def _show_latency(console, latency: dict) -> None:
     cells = "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: float {t['float_ms']:.2f} ms, quantized "
                       f"{t['quantized_ms']:.2f} ms ({t['ratio']:.2f}x float, median of {t['runs']})"
                       for threads, t in latency["threads"].items())
-    console.print(f"latency in {latency['runtime']} on {batch}: {cells}")
+    where = latency.get("cpu", {}).get("model") or "this CPU"
+    console.print(f"latency in {latency['runtime']} on {batch}, {where}: {cells}")
+    if latency.get("cpu") and not latency["cpu"]["vnni"]:
+        console.print("note: this CPU has no VNNI: onnxruntime's kernels for uint8 activations and int8 weights add "
+                      "pairs of products in int16 and saturate, so its int8 kernels may score below the ONNX "
+                      "semantics; --dtype uint8 weights are exact there (and slower)")
     nodes = latency.get("nodes")
     if nodes:
         def counts(ops: dict) -> str:
@@ -361,10 +366,10 @@ def _show_accuracy(console, model: dict) -> None:
     fused = accuracy.get("quantized_default_optimizations")
     if fused is not None and abs(fused - accuracy["quantized"]) >= 0.01:
         console.print(
-            f"warning: onnxruntime with its default graph optimizations (DequantizeLinear+MatMul fused into "
-            f"MatMulNBits) gets {100 * fused:.2f}% on this model, max |output difference| "
-            f"{accuracy['default_optimizations_max_difference']:.3g} from the ONNX semantics measured above "
-            f"(basic optimizations)")
+            f"warning: onnxruntime with its default graph optimizations (its fused kernels: QLinearConv and "
+            f"friends, or DequantizeLinear+MatMul as MatMulNBits) gets {100 * fused:.2f}% on this model, max |output "
+            f"difference| {accuracy['default_optimizations_max_difference']:.3g} from the ONNX semantics measured "
+            f"above (basic optimizations)")
 
 
 @contextmanager
