@@ -65,6 +65,8 @@ examples:
   qlinear quantize model.safetensors --dtype float8e4m3fn --exclude '*.embed*'
   qlinear quantize examples/digits_mlp.onnx --dtype mxfp4 -o /tmp/digits_mlp-mxfp4.onnx --force
   qlinear quantize examples/digits_mlp.onnx --dtype int4,mxfp4,nvfp4
+  qlinear quantize det.onnx --dtype int8 --calibrate pages/ -o det-int8.onnx
+  qlinear quantize det.onnx --dtype int8 --calibrate pages/ --target qdq-portable -o det-trt.onnx
 
 Defaults:
   which tensors  ONNX: the float weights of Conv, ConvTranspose, Gemm, MatMul (a constant operand),
@@ -105,6 +107,16 @@ is measured with `qlinear run`. A .safetensors file takes --dtype mxfp4 in gpt-o
 layout (NAME.blocks: uint8, 16 bytes per block of 32 along the last axis; NAME.scales: the e8m0
 bytes), which `qlinear dequantize` reads back, as it reads gpt-oss's own checkpoints (to bfloat16).
 The other tensor files have no MX layout: a list compares the formats there.
+
+Static quantization (--calibrate DATA: .npz files of sample inputs): the activations get
+QuantizeLinear -> DequantizeLinear pairs too. --target onnxruntime (default) places them only where
+onnxruntime's CPU provider fuses them into int8 kernels (Conv, MatMul, Gemm and the Add, Mul, Concat,
+pooling, Sigmoid, Softmax and value-moving operators around them), leaving other operators float
+with one conversion at each edge of a float island; --target qdq-portable puts a pair around every
+operator a QDQ runtime may fuse (TensorRT, OpenVINO). The report times the float and the quantized
+model in onnxruntime on 1 and 2 threads (--no-latency skips it) and says which nodes its optimized
+graph runs on the codes. A written model that fails onnx.checker's full check where the input
+passes it is refused: nothing is written, exit status 2.
 
 A list (--dtype int4,mxfp4,nvfp4) quantizes the same weights once per entry and reports, per tensor,
 the bytes and SQNR of each side by side, and for a model each one's task figure; nothing is written,

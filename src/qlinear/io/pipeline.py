@@ -720,13 +720,15 @@ def _valid_or_refused(source: Path, model, files, temporaries, external) -> str:
         return verdict
     if external is None:
         onnx_model.repair_value_info(model.model)
+        changed = onnx_model.repair_output_shapes(model.model)
         files[-1].seek(0)
         files[-1].truncate()
         files[-1].write(onnx_model.serialize(model.model, str(source)))
         files[-1].flush()
         repaired = _check(temporaries[-1])
         if repaired == "passed":
-            return "passed (after dropping the value_info hints that failed it)"
+            outputs = f"; output shape{'s' if len(changed) > 1 else ''} {', '.join(changed)} as inferred" if changed else ""
+            return f"passed (after dropping the value_info hints{outputs}: the input's failed at the new opset)"
         verdict = repaired
     given = _check(source)
     if given == "passed":

@@ -171,8 +171,10 @@ class OnnxModel:
 
 def repair_value_info(model, original=None) -> None:
     """Drop the converter's leftovers that onnx.checker refuses, in place: every ``value_info`` (optional hints,
-    which the version converter writes without shapes, or with the old opset's shapes) in every graph, and a
-    shape for each main-graph input and output that lost it (the original model's)."""
+    which the version converter writes without shapes, or with the old opset's shapes) in every graph, a shape
+    for each main-graph input and output that lost it (the original model's), and a declared output shape that
+    the new opset's shape inference contradicts (PyTorch exporters declare shapes that older opsets could not
+    check: a Reshape's rank-3 output declared as rank 2): the inferred one replaces it."""
     def clear(graph):
         del graph.value_info[:]
         for node in graph.node:
@@ -189,6 +191,35 @@ def repair_value_info(model, original=None) -> None:
         if (value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape") and old is not None
                 and old.type.tensor_type.HasField("shape")):
             value.type.tensor_type.shape.CopyFrom(old.type.tensor_type.shape)
+
+
+def _inferred_outputs(model) -> dict:
+    """The main graph's output shapes as onnx's shape inference tells them with the declared ones set aside."""
+    onnx = import_onnx()
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    for value in bare.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(bare)
+    except Exception:  # noqa: BLE001 (inference fails on some exports: nothing to learn)
+        return {}
+    return {v.name: v.type.tensor_type.shape for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+
+
+def repair_output_shapes(model) -> list[str]:
+    """Replace each declared main-graph output shape whose rank contradicts shape inference by the inferred one,
+    in place; returns the outputs changed."""
+    inferred = _inferred_outputs(model)
+    changed = []
+    for value in model.graph.output:
+        shape = inferred.get(value.name)
+        declared = value.type.tensor_type.shape if value.type.tensor_type.HasField("shape") else None
+        if shape is not None and (declared is None or len(declared.dim) != len(shape.dim)):
+            value.type.tensor_type.shape.CopyFrom(shape)
+            changed.append(value.name)
+    return changed
 
 
 def _key_of(constant: onnx_weights.Constant) -> str:
