@@ -87,16 +87,6 @@ class GraphView:
         return (bool(name) and name not in self.constant and self.types.get(name) == FLOAT
                 and (name in self.producers or name in self.inputs))
 
-    def per_sample_elements(self, name: str) -> int | None:
-        """Elements of ``name`` past its first (batch) axis, where every such dim is known."""
-        shape = self.shapes.get(name)
-        if shape is None or not shape or any(d is None for d in shape[1:]):
-            return None
-        count = 1
-        for d in shape[1:]:
-            count *= d
-        return count
-
 
 def kept_nodes(model, keep_float: tuple[str, ...]) -> list:
     """The main-graph nodes that ``keep_float`` names, by node name or operator type."""

@@ -15,8 +15,8 @@ a conversion to float and back, so a pair per operator makes a model slower than
 2. leaves every other operator float, with one DequantizeLinear where a float island starts and one
    QuantizeLinear where it ends (not a pair per node): an operator with an int8 kernel stays float too when
    running it in int8 would need more conversions than running it in float, or as many but some (counting the
-   QuantizeLinear and DequantizeLinear nodes it alone needs, on tensors of more than `SMALL_ELEMENTS` values per
-   sample): a pair inside a chain that onnxruntime fuses in float (LayerNormalization) would break the chain;
+   QuantizeLinear and DequantizeLinear nodes it alone needs): a pair inside a chain that onnxruntime fuses in
+   float (LayerNormalization) would break the chain;
    an Add or Mul with a constant operand runs in int8 only on a value an int8 operator writes;
 3. folds a Relu or a Clip from 0 read alone from an int8 operator into that operator's QuantizeLinear
    (onnxruntime's Relu/Clip-Q fusion), and a Mul or Div by a positive scalar constant read from a pair into
@@ -44,8 +44,6 @@ SCALES = frozenset({"Mul", "Div"})  # by a positive scalar constant: into the De
 # Which inputs are activations (None: every input that is not constant); the rest are weights or parameters.
 DATA_INPUTS = {"Conv": (0,), "Gemm": (0, 1), "MatMul": (0, 1), "Resize": (0,), "Reshape": (0,), "Slice": (0,),
                "Squeeze": (0,), "Unsqueeze": (0,), "Clip": (0,)}
-# A tensor this small (values per sample) costs little to convert: an int8 operator may need a pair on it alone.
-SMALL_ELEMENTS = 4096
 
 
 def _scalar(view: GraphView, arrays, name: str) -> float | None:
@@ -134,10 +132,6 @@ class _Graph:
     def read_int8(self, name: str, besides=None) -> bool:
         return any(id(r) in self.int8 and r is not besides for r in self.view.readers.get(name, []))
 
-    def small(self, name: str) -> bool:
-        count = self.view.per_sample_elements(name)
-        return count is not None and count <= SMALL_ELEMENTS
-
     def output_of(self, node) -> str:
         """The tensor an int8 node's QuantizeLinear quantizes: its output, or its folded activation's."""
         name = node.output[0]
@@ -194,15 +188,14 @@ class _Graph:
         return in_int8 > in_float or in_int8 == in_float > 0
 
     def conversions(self, node, inputs: list[str], output: str, in_int8: bool) -> int:
-        """The QuantizeLinear/DequantizeLinear nodes ``node`` needs that nothing else does, in int8 or in float
-        (a tensor of at most `SMALL_ELEMENTS` values per sample costs nothing)."""
+        """The QuantizeLinear/DequantizeLinear nodes ``node`` needs that nothing else does, in int8 or in float."""
         count = 0
         for name in dict.fromkeys(inputs):
             quantized_anyway = self.produced_int8(name) or self.read_int8(name, besides=node)
-            if not self.small(name) and quantized_anyway != in_int8:
+            if quantized_anyway != in_int8:
                 count += 1  # int8: a QuantizeLinear for it alone; float: a DequantizeLinear of a quantized input
         read_in_int8 = self.read_int8(output)
-        if not self.small(output) and read_in_int8 != in_int8:
+        if read_in_int8 != in_int8:
             count += 1  # int8: a DequantizeLinear for the float readers alone; float: a QuantizeLinear for int8 ones
         return count
 
