@@ -439,10 +439,14 @@ def latency_table(rows: list[dict], models: list[str], args) -> tuple[list[dict]
     for name in models:
         feeds = representative_input(name)
         chosen = [("float", str(path(name)))]
-        ours = next((r for r in rows if r["tool"] == "qlinear" and r["model"] == name
-                     and r["method"] == QLINEAR_DEFAULT and r.get("runs")), None)
+        ours = next((r for r in rows if r["tool"] == "qlinear" and r["model"] == name and r["method"] == QLINEAR_DEFAULT
+                     and r.get("runs") and "--target" not in r["variant"] and "no per-layer" not in r["variant"]), None)
         if ours:
-            chosen.append((f"qlinear {QLINEAR_DEFAULT} (default)", ours["output"]))
+            chosen.append((f"qlinear {QLINEAR_DEFAULT} (default, --target onnxruntime)", ours["output"]))
+        portable = next((r for r in rows if r["tool"] == "qlinear" and r["model"] == name
+                         and "--target qdq-portable" in r["variant"] and r.get("runs")), None)
+        if portable:
+            chosen.append((f"qlinear {QLINEAR_DEFAULT} --target qdq-portable", portable["output"]))
         theirs = best_ort(rows, name)
         if theirs:
             chosen.append((f"onnxruntime best: {theirs['method']}, {theirs['variant']}", theirs["output"]))
@@ -525,14 +529,16 @@ class Bench:
         return self._finish(row, name, output, evaluate_model)
 
     def qlinear(self, name: str, method: str, data: Path, count: int, tag: str = "",
-                evaluate_model: bool = True, report: bool = True) -> dict:
-        stem = f"{name}.qlinear.{method}{tag}{'' if report else '.noreport'}"
+                evaluate_model: bool = True, report: bool = True, target: str = "onnxruntime") -> dict:
+        stem = f"{name}.qlinear.{method}{tag}{'' if report else '.noreport'}{'' if target == 'onnxruntime' else '.' + target}"
         output = self.folder / f"{stem}.onnx"
         command = [sys.executable, "-m", "qlinear", "quantize", str(path(name)), "--dtype", "int8", "--calibrate",
-                   str(data), "--method", method, "-o", str(output), "--json", "--no-eval", "--force"]
+                   str(data), "--method", method, "-o", str(output), "--json", "--no-eval", "--force", "--no-latency",
+                   "--target", target]
         if not report:
             command += ["--report-samples", "0"]
-        variant = "per channel (always)" + ("" if report else ", no per-layer report")
+        variant = "per channel (always)" + ("" if report else ", no per-layer report") + (
+            "" if target == "onnxruntime" else f", --target {target}")
         run = measured(command, self.folder / stem, self.limit, self.args.timeout)
         row = {"tool": "qlinear", "model": name, "method": method, "variant": variant, "samples": count,
                **run}
@@ -808,6 +814,7 @@ def main() -> int:
         if QLINEAR_DEFAULT in args.qlinear_methods:  # the calibration alone: what onnxruntime's tool does
             bench.rows.append(bench.qlinear(name, QLINEAR_DEFAULT, data, counts[name], report=False,
                                             evaluate_model=False))
+            bench.rows.append(bench.qlinear(name, QLINEAR_DEFAULT, data, counts[name], target="qdq-portable"))
 
     print("## Static int8 quantization: onnxruntime quantize_static vs qlinear quantize --calibrate\n")
     print(f"Calibration: {args.samples} lines (classifier, recogniser), {args.pages} pages (detector), seed {SEED}; "

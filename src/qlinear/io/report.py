@@ -322,6 +322,9 @@ def _show_activations(console, activations: dict) -> None:
                       f"({', '.join(search['kept']) or 'none'}); {steps}")
 
 
+SHOWN_FLOAT_NODES = 12  # the float nodes of onnxruntime's optimized graph named in the table (--json has them all)
+
+
 def _show_latency(console, latency: dict) -> None:
     """Float and quantized latency in onnxruntime, and what its optimized graph runs on the codes."""
     if "note" in latency:
@@ -341,8 +344,10 @@ def _show_latency(console, latency: dict) -> None:
     if nodes:
         def counts(ops: dict) -> str:
             return ", ".join(f"{op} {count}" for op, count in ops.items()) or "none"
+        names = nodes["float_nodes"]
+        shown = f" ({', '.join(names)})" if 0 < len(names) <= SHOWN_FLOAT_NODES else ""
         console.print(f"onnxruntime's optimized graph: on the codes: {counts(nodes['int8'])}; in float: "
-                      f"{counts(nodes['float'])}; conversions: {counts(nodes['conversions'])}")
+                      f"{counts(nodes['float'])}{shown}; conversions: {counts(nodes['conversions'])}")
 
 
 _TASK_WORDS = {"classify": "accuracy", "ctc": "exact-match text accuracy", "threshold": "decisions equal to the labels"}

@@ -213,7 +213,6 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
     state.settle()
     chosen: dict[str, Activation] = {}
     skipped: dict[str, Skipped] = {}
-    int8_labels, float_labels = [], []
 
     def activation(name: str) -> Activation:
         producer = view.producers.get(name)
@@ -225,7 +224,6 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
         if node.op_type == "Constant":
             continue
         in_int8 = id(node) in state.int8 or id(node) in state._folded_ids
-        (int8_labels if in_int8 else float_labels).append(node_label(node))
         if id(node) in state.int8 and state.kind[id(node)] == "scale":
             scale_nodes.append(node)
             continue
@@ -274,5 +272,4 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
     operands = [Operand(name, node_label(node), node) for node in view.nodes if id(node) in state.int8
                 and state.kind[id(node)] == "binary" for name in state.operands[id(node)]]
     return Placement("onnxruntime", list(chosen.values()), [s for name, s in skipped.items() if name not in chosen],
-                     operands, folds,
-                     int8_labels, float_labels)
+                     operands, folds)

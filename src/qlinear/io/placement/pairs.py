@@ -65,5 +65,3 @@ class Placement:
     skipped: list[Skipped]
     operands: list[Operand] = field(default_factory=list)
     scale_folds: list[ScaleFold] = field(default_factory=list)
-    int8_nodes: list[str] = field(default_factory=list)  # node labels the target runs on the codes
-    float_nodes: list[str] = field(default_factory=list)  # node labels left float (between a DQ and a Q)
