@@ -44,11 +44,22 @@ def cpu_has_vnni() -> bool:
 def onnxruntime_exact_for_weights(w: np.ndarray, activations_dtype=np.uint8) -> bool:
     """Whether onnxruntime's integer GEMM is known exact for these weights (measured, docs/semantics.md):
     always with VNNI; without it only for uint8 weights or int8 weights in [-64, 63] (int8 activations are
-    not known to be safe there either, so they get the same rule)."""
+    not known to be safe there either, so they get the same rule). ConvInteger with int8 activations over
+    uint8 weights: see onnxruntime_conv_integer_exact_for_activations."""
     del activations_dtype
     if w.dtype == np.uint8 or cpu_has_vnni():
         return True
     return bool(w.min(initial=0) >= -64 and w.max(initial=0) <= 63)
+
+
+def onnxruntime_conv_integer_exact_for_activations(x: np.ndarray, x_zero_point, w: np.ndarray) -> bool:
+    """ConvInteger's GEMM in onnxruntime takes the weights as its first operand and the im2col'd activations
+    (padding reads x_zero_point) as its second: with uint8 weights and int8 activations those are the u8 and
+    s8 operands that saturate without VNNI, so the activations must follow the int8 weights' rule (measured on
+    an AVX2 CPU without VNNI; uint8 activations, or int8 with int8 weights, were exact: docs/semantics.md)."""
+    if w.dtype != np.uint8 or x.dtype != np.int8:
+        return True
+    return onnxruntime_exact_for_weights(np.append(x, np.asarray(x_zero_point, x.dtype)), w.dtype)
 
 
 def make_model(op_type: str, inputs: list[tuple[str, np.ndarray | None]], output_dtypes: list, opset: int,

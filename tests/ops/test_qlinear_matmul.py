@@ -114,17 +114,22 @@ def test_onnxruntime_takes_a_column_vector_for_2d_b():
     rng = np.random.default_rng(1)
     a = rng.integers(0, 256, (3, 4), dtype=np.uint8)
     b = rng.integers(-128, 128, (4, 5), dtype=np.int8)
+    if not onnxruntime_exact_for_weights(b, a.dtype):
+        b >>= 1  # into [-64, 63], where onnxruntime is exact without VNNI too (docs/semantics.md)
     args = (a, f32(0.1), np.uint8(2), b, np.linspace(0.01, 0.05, 5, dtype=f32), np.arange(-2, 3).astype(np.int8), f32(3), np.uint8(100))
     np.testing.assert_array_equal(qlinear_matmul(*args, requantize="float32"), run_onnxruntime(model_of(args, 21), a)[0], strict=True)
 
 
 def test_float16_scales_each_mode_matches_its_peer():
     """With float16 scales the onnx reference computes the multiplier in float16 and onnxruntime in float32;
-    search a fixed sequence of cases for one where they disagree and check each mode against its peer."""
+    search a fixed sequence of cases for one where they disagree and check each mode against its peer. Without
+    VNNI the int8 weights are [-64, 63], lest onnxruntime's int16 saturation be the disagreement found."""
     rng = np.random.default_rng(2024)
     for _ in range(200):
         a = rng.integers(0, 256, (4, 16), dtype=np.uint8)
         b = rng.integers(-128, 128, (16, 4), dtype=np.int8)
+        if not onnxruntime_exact_for_weights(b, a.dtype):
+            b >>= 1
         sa, sb = (f16(v) for v in np.exp(rng.uniform(-6, 0, 2)))
         sy = f16(float(sa) * float(sb) * 74 * 74 * 4 / 64 * rng.uniform(0.25, 4))
         args = (a, sa, np.uint8(rng.integers(256)), b, sb, np.int8(rng.integers(-128, 128)), sy, np.uint8(rng.integers(256)))
@@ -233,6 +238,8 @@ def test_vector_operands_follow_numpy_matmul():
     a1 = rng.integers(0, 256, 6, dtype=np.uint8)
     b1 = rng.integers(-128, 128, 6, dtype=np.int8)
     b2 = rng.integers(-128, 128, (3, 6, 2), dtype=np.int8)
+    if not (onnxruntime_exact_for_weights(b1) and onnxruntime_exact_for_weights(b2)):
+        b1, b2 = b1 >> 1, b2 >> 1  # into [-64, 63], where onnxruntime is exact without VNNI too
     for a, b in ((a1, b2), (a1, b1), (rng.integers(0, 256, (2, 5, 6), dtype=np.uint8), b1)):
         args = (a, f32(0.05), np.uint8(3), b, f32(0.02), np.int8(-4), f32(0.5), np.uint8(128))
         got = qlinear_matmul(*args)
