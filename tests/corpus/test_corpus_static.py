@@ -61,7 +61,7 @@ def _static(folder: Path, name: str):
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
             code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(_calibration_file(folder, name)),
-                         "-o", str(output), "--json", "--no-eval", "--report-samples", "4"])
+                         "-o", str(output), "--json", "--no-eval", "--report-samples", "4", "--no-latency"])
         assert code == 0
         _RESULTS[name] = (output, json.loads(stdout.getvalue()))
     return _RESULTS[name]
@@ -107,17 +107,18 @@ def test_static_int8_model(folder, name):
     assert GATES[name](figures), figures
 
 
-def test_onnxruntime_runs_the_static_model_with_its_int8_kernels(folder, tmp_path):
-    """onnxruntime's optimized graph of the static classifier holds QLinearConv (its QDQ fusion): the model
-    is what its int8 kernels take."""
-    output, _ = _static(folder, "ocr_cls")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    ort.InferenceSession(str(output), options, providers=["CPUExecutionProvider"])
-    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
-    ops = {node.op_type for node in optimized.graph.node}
-    assert "QLinearConv" in ops, sorted(ops)
+@pytest.mark.parametrize("name", ["ocr_cls", "ocr_rec", "ocr_det"])
+def test_onnxruntime_runs_the_static_model_with_its_int8_kernels(folder, tmp_path, name):
+    """onnxruntime's optimized graph of each static model (the default --target onnxruntime) runs every
+    convolution as QLinearConv and keeps few conversions: at most one QuantizeLinear or DequantizeLinear per
+    eight int8 nodes (measured: 4 for 119, 22 for 201 (the recogniser's five LayerNorms and its head stay
+    float), 5 for 174; the qdq-portable placement leaves 133, 389 and 270)."""
+    from qlinear.io import latency
+
+    output, _ = _static(folder, name)
+    nodes = latency.optimized_nodes(output)
+    assert nodes["int8"]["QLinearConv"] == sum(1 for n in onnx.load(str(output)).graph.node if n.op_type == "Conv")
+    assert sum(nodes["conversions"].values()) <= sum(nodes["int8"].values()) / 8, nodes
 
 
 def test_qlinear_run_computes_the_static_model(folder):
