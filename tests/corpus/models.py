@@ -81,6 +81,12 @@ MORE_MODELS: dict[str, tuple[str, str, str]] = {
         "openWakeWord's 'hey jarvis' head (PyTorch 1.12, opset 13: Gemm with LayerNorm as ReduceMean/Sub/Pow): "
         "[1,16,96] -> [1,1]",
     ),
+    "filetype": (
+        "magika",
+        "magika/models/standard_v1/model.onnx",
+        "Google's Magika 0.5.1 file-type detector (Keras via tf2onnx 1.14, opset 13: one-hot bytes, four Dense layers "
+        "as MatMul + Add, LayerNorms, GELU): bytes [N,1536] -> softmax [N,113]",
+    ),
     "wake_melspectrogram": (
         "openwakeword",
         "openwakeword/resources/models/melspectrogram.onnx",
