@@ -35,7 +35,7 @@ from corpus.models import ort_runner, path  # noqa: E402
 
 MODELS = ("ocr_cls", "ocr_rec", "ocr_det")
 COUNTS = {"ocr_cls": 64, "ocr_rec": 64, "ocr_det": 3}
-VARIANTS = ("qdq-portable", "default", "no-operands", "no-scale-folds", "no-hardsigmoid-fold", "no-relu-clip-fold",
+VARIANTS = ("qdq-portable", "default", "no-operands", "no-scale-folds", "no-onnxruntime-rewrites", "no-relu-clip-fold",
             "no-moves")
 
 
@@ -70,8 +70,8 @@ def variant(name: str):
             placement._Graph._kind = _kind
         elif name == "no-scale-folds":
             placement.SCALES = frozenset()
-        elif name == "no-hardsigmoid-fold":
-            onnx_model.OnnxModel.fold_for_static = lambda self, hard_sigmoid=False: fold(self, False)
+        elif name == "no-onnxruntime-rewrites":
+            onnx_model.OnnxModel.fold_for_static = lambda self, onnxruntime=False: fold(self, False)
         elif name == "no-relu-clip-fold":
             placement.FOLDED = frozenset()
         elif name == "no-moves":

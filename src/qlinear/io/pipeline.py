@@ -538,14 +538,14 @@ def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure
     return summary
 
 
-def _fold(source: Path, model, feeds, hard_sigmoid: bool) -> dict:
+def _fold(source: Path, model, feeds, onnxruntime: bool) -> dict:
     """Fold BatchNormalization (and Mul/Add by constants) into the Convs before them, then check that the
     float model still computes what it did (float rounding only), as after an opset conversion."""
     import onnx
 
     original = onnx.ModelProto()
     original.CopyFrom(model.model)
-    folded = model.fold_for_static(hard_sigmoid)
+    folded = model.fold_for_static(onnxruntime)
     result = {"nodes": [f"{f.folded} into {f.conv}" for f in folded]}
     if not folded:
         return result

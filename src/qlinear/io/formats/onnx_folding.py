@@ -12,9 +12,11 @@ QLinearConv. So static quantization folds first, as onnxruntime's `quant_pre_pro
 
 per output channel (c and d scalars or one value per channel, stored or computed from constants by shape
 operators), where the Conv's output is read by that node alone and its weight is a float constant read by this
-Conv alone. With ``hard_sigmoid`` (the onnxruntime target), a HardSigmoid after a Conv becomes a Clip to [0, 1]
+Conv alone. With ``onnxruntime`` (the onnxruntime target), a HardSigmoid after a Conv becomes a Clip to [0, 1]
 of the Conv with its weights times alpha and its bias times alpha plus beta (HardSigmoid(x) = clip(alpha x +
-beta, 0, 1)): onnxruntime has no int8 HardSigmoid, and folds a Clip from 0 into the Conv's QuantizeLinear. The
+beta, 0, 1)): onnxruntime has no int8 HardSigmoid, and folds a Clip from 0 into the Conv's QuantizeLinear; and a
+Max (Min) of a value and a scalar constant becomes the Clip from (to) that constant, exactly (tf2onnx writes
+Keras' clamps so), which onnxruntime folds the same way. The
 float model changes by float rounding only; `pipeline` runs it against the original before going on, as it
 does after an opset conversion.
 """
@@ -53,7 +55,7 @@ def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | No
     return value.reshape(channels)
 
 
-def fold(model, read_tensor, write_tensor, hard_sigmoid: bool = False) -> list[Folded]:
+def fold(model, read_tensor, write_tensor, onnxruntime: bool = False) -> list[Folded]:
     """Fold the foldable nodes after the main graph's Conv/ConvTranspose nodes, in place.
     ``read_tensor(name)`` gives a main-graph float constant's values (or None); ``write_tensor(name, array)``
     stores new values for it (creating an initializer when it does not exist)."""
@@ -95,7 +97,7 @@ def fold(model, read_tensor, write_tensor, hard_sigmoid: bool = False) -> list[F
                 epsilon = _attributes(node).get("epsilon", 1e-5)
                 gain = scale / np.sqrt(var + epsilon)
                 shift = beta - mean * gain
-            elif node.op_type == "HardSigmoid" and hard_sigmoid and conv.op_type == "Conv":
+            elif node.op_type == "HardSigmoid" and onnxruntime and conv.op_type == "Conv":
                 attributes = _attributes(node)
                 alpha, beta = attributes.get("alpha", 0.2), attributes.get("beta", 0.5)
                 gain, shift = np.full(channels, alpha, np.float64), np.full(channels, beta, np.float64)
@@ -142,6 +144,39 @@ def fold(model, read_tensor, write_tensor, hard_sigmoid: bool = False) -> list[F
                     readers.setdefault(name, []).append(other_node)
             for output in graph.output:
                 readers.setdefault(output.name, []).append(None)
+    if onnxruntime:
+        done += _bounds_to_clips(model, read_tensor)
+    return done
+
+
+def _bounds_to_clips(model, read_tensor) -> list[Folded]:
+    """Max(x, c) -> Clip(x, c, ) and Min(x, c) -> Clip(x, , c) for a scalar constant c, in place (opset 11+,
+    where Clip takes its bounds as inputs)."""
+    from onnx import helper
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if opset < 11:
+        return []
+    done = []
+    for node in model.graph.node:
+        if node.op_type not in ("Max", "Min") or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        values = [read_tensor(name) for name in node.input]
+        constants = [i for i, v in enumerate(values) if v is not None]
+        if len(constants) != 1 or np.asarray(values[constants[0]]).size != 1:
+            continue
+        value = np.asarray(values[constants[0]]).reshape(())
+        if value.dtype.kind != "f":
+            continue
+        bound = _unused(model.graph, f"{node.output[0]}_{'min' if node.op_type == 'Max' else 'max'}")
+        model.graph.initializer.append(helper.make_tensor(bound, helper.np_dtype_to_tensor_dtype(value.dtype), [],
+                                                          [value.item()]))
+        x = node.input[1 - constants[0]]
+        label = f"{node.op_type} {node.name or node.output[0]!r}"
+        del node.input[:]
+        node.input.extend([x, bound] if node.op_type == "Max" else [x, "", bound])
+        node.op_type = "Clip"
+        done.append(Folded("a Clip of the same bound", label))
     return done
 
 

@@ -114,10 +114,11 @@ class OnnxModel:
 
         return ConstantValues(self.model, self.stored_value)
 
-    def fold_for_static(self, hard_sigmoid: bool = False) -> list:
-        """Fold each main-graph Conv's BatchNormalization (or Mul/Add by constants; with ``hard_sigmoid``, a
-        HardSigmoid into a Clip) into its weights (`onnx_folding`), and drop what nothing reads any more;
-        returns what was folded."""
+    def fold_for_static(self, onnxruntime: bool = False) -> list:
+        """Fold each main-graph Conv's BatchNormalization (or Mul/Add by constants) into its weights, with
+        ``onnxruntime`` also the rewrites that let onnxruntime fuse more (a HardSigmoid after a Conv into it as a
+        Clip, a Max or Min with a scalar as a Clip: `onnx_folding`), and drop what nothing reads any more; returns
+        what was folded."""
         from onnx import numpy_helper
 
         from . import onnx_folding
@@ -145,7 +146,7 @@ class OnnxModel:
             replacement = numpy_helper.from_array(array, constant.tensor.name)
             constant.tensor.CopyFrom(replacement)
 
-        folded = onnx_folding.fold(self.model, read, write, hard_sigmoid)
+        folded = onnx_folding.fold(self.model, read, write, onnxruntime)
         if folded:
             prune_unused(self.model.graph)
             self.refresh()
