@@ -339,7 +339,8 @@ def _show_latency(console, latency: dict) -> None:
     if latency.get("cpu") and not latency["cpu"]["vnni"]:
         console.print("note: this CPU has no VNNI: onnxruntime's kernels for uint8 activations and int8 weights add "
                       "pairs of products in int16 and saturate, so its int8 kernels may score below the ONNX "
-                      "semantics; --dtype uint8 weights are exact there (and slower)")
+                      "semantics; the session option session.x64quantprecision=1 makes them exact (and slower), "
+                      "as do --dtype uint8 weights (slower still)")
     nodes = latency.get("nodes")
     if nodes:
         def counts(ops: dict) -> str:
