@@ -24,7 +24,7 @@ from .models import ort_runner, require
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-CALIBRATION = {"ocr_cls": 32, "ocr_rec": 16, "ocr_det": 2}  # samples (lines, pages) to calibrate on
+CALIBRATION = {"ocr_cls": 32, "ocr_rec": 16, "ocr_det": 3}  # samples (lines, pages) to calibrate on
 
 
 def _calibration_file(folder: Path, name: str) -> Path:
