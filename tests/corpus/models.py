@@ -124,6 +124,17 @@ def path(name: str) -> Path:
     return _locate(name)
 
 
+def cpu_has_vnni() -> bool:
+    """Whether this x86 CPU has VNNI (AVX512-VNNI or AVX-VNNI): onnxruntime's kernels for uint8 activations and int8
+    weights are exact with it and saturate pairs of products in int16 without it (docs/semantics.md, row 4)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next(line for line in info if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags))
+
+
 def available(name: str) -> bool:
     try:
         _locate(name)

@@ -19,7 +19,7 @@ import pytest
 from qlinear.cli import main
 
 from . import ocr
-from .models import ort_runner, path, require
+from .models import cpu_has_vnni, ort_runner, path, require
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -65,7 +65,7 @@ def test_default_static_int8_recogniser_within_three_points_on_heldout_lines(hel
     float_figure = ocr.exact_match(ocr.run_rec(ort_runner(path("ocr_rec")), evaluation).texts, evaluation.labels)
     semantics = ocr.exact_match(ocr.run_rec(ort_runner(output), evaluation).texts, evaluation.labels)
     kernels = ocr.exact_match(ocr.run_rec(ort_runner(output, optimized=True), evaluation).texts, evaluation.labels)
-    vnni = _cpu_has_vnni()
+    vnni = cpu_has_vnni()
     print(f"\nheld-out recogniser ({EVALUATION_LINES} lines): float {100 * float_figure:.2f}%, static int8 "
           f"{100 * semantics:.2f}% (ONNX semantics), {100 * kernels:.2f}% (onnxruntime's int8 kernels, "
           f"{'VNNI' if vnni else 'no VNNI'})")
@@ -73,11 +73,3 @@ def test_default_static_int8_recogniser_within_three_points_on_heldout_lines(hel
     assert semantics >= float_figure - 0.03
     if vnni:
         assert kernels >= float_figure - 0.03
-
-
-def _cpu_has_vnni() -> bool:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return False
-    return bool({"avx512_vnni", "avx_vnni"} & set(flags))

@@ -21,18 +21,10 @@ import pytest
 from qlinear.cli import main
 
 from . import captcha, filetype, speech, wakeword
-from .models import ort_runner, require
+from .models import cpu_has_vnni, ort_runner, require
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-
-
-def _cpu_has_vnni() -> bool:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return False
-    return bool({"avx512_vnni", "avx_vnni"} & set(flags))
 
 
 def _static(source: Path, data: Path, output: Path) -> dict:
@@ -70,7 +62,7 @@ def test_filetype_dense_keras_model(tmp_path):
           f"(ONNX semantics), {100 * kernels:.2f}% (onnxruntime's int8 kernels)")
     assert float_figure >= 0.95
     assert semantics >= float_figure - 0.02
-    if _cpu_has_vnni():
+    if cpu_has_vnni():
         assert kernels >= float_figure - 0.02
     nodes = _int8_products(output)
     assert nodes["int8"].get("QLinearMatMul") == 4, nodes
@@ -94,7 +86,7 @@ def test_captcha_recogniser_pytorch_cnn_lstm(tmp_path):
           f"semantics), {100 * kernels:.2f}% (onnxruntime's int8 kernels)")
     assert float_figure >= 0.85
     assert semantics >= float_figure - 0.03
-    if _cpu_has_vnni():
+    if cpu_has_vnni():
         assert kernels >= float_figure - 0.03
     nodes = _int8_products(output)
     assert nodes["int8"].get("QLinearConv") == 21 and nodes["int8"].get("QGemm") == 1, nodes
@@ -119,7 +111,7 @@ def test_click_detector_pytorch_yolox(tmp_path):
           f"again {agreement[0]:.3f} (ONNX semantics), {agreement[1]:.3f} (onnxruntime's int8 kernels)")
     assert recall[0] >= 0.9
     assert recall[1] >= recall[0] - 0.02 and agreement[0] >= 0.95
-    if _cpu_has_vnni():
+    if cpu_has_vnni():
         assert agreement[1] >= 0.95
     nodes = _int8_products(output)
     assert nodes["int8"].get("QLinearConv") == 83 and not nodes["float"], nodes
@@ -157,5 +149,5 @@ def test_wake_word_keras_embedding_and_pytorch_dense_head(tmp_path, phrase):
           f"kernels); decisions equal to float's {100 * figures[False][1]:.1f}% / {100 * figures[True][1]:.1f}%")
     assert float_figure >= 0.9
     assert figures[False][1] >= 0.95 and figures[False][0] >= float_figure - 0.05
-    if _cpu_has_vnni():
+    if cpu_has_vnni():
         assert figures[True][1] >= 0.95

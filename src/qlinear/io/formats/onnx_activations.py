@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UserError
 
 _FLOAT = 1  # TensorProto.FLOAT
 
