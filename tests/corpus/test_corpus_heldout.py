@@ -64,12 +64,11 @@ def test_default_static_int8_recogniser_within_three_points_on_heldout_lines(hel
     assert json.loads(stdout.getvalue())["activations"]["target"] == "onnxruntime"
     float_figure = ocr.exact_match(ocr.run_rec(ort_runner(path("ocr_rec")), evaluation).texts, evaluation.labels)
     semantics = ocr.exact_match(ocr.run_rec(ort_runner(output), evaluation).texts, evaluation.labels)
-    kernels = ocr.exact_match(ocr.run_rec(ort_runner(output, optimized=True), evaluation).texts, evaluation.labels)
-    vnni = cpu_has_vnni()
     print(f"\nheld-out recogniser ({EVALUATION_LINES} lines): float {100 * float_figure:.2f}%, static int8 "
-          f"{100 * semantics:.2f}% (ONNX semantics), {100 * kernels:.2f}% (onnxruntime's int8 kernels, "
-          f"{'VNNI' if vnni else 'no VNNI'})")
+          f"{100 * semantics:.2f}% (ONNX semantics)")
     assert float_figure >= 0.6  # the split is hard but readable: a broken renderer would fail here first
     assert semantics >= float_figure - 0.03
-    if vnni:
+    if cpu_has_vnni():  # without VNNI onnxruntime's kernels are not exact: BENCHMARKS.md has what they score
+        kernels = ocr.exact_match(ocr.run_rec(ort_runner(output, optimized=True), evaluation).texts, evaluation.labels)
+        print(f"onnxruntime's int8 kernels: {100 * kernels:.2f}%")
         assert kernels >= float_figure - 0.03

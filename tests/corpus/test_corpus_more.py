@@ -1,7 +1,8 @@
 """Static int8 with the defaults (`qlinear quantize --dtype int8 --calibrate DATA`, `--target onnxruntime`) on
 trained models beyond the corpus, from other exporters and with other layer mixes, that no default of qlinear was
 chosen on: Magika's Keras Dense file-type model (tf2onnx), ddddocr's PyTorch captcha recogniser (CNN + LSTM) and
-click-captcha detector (YOLOX), and openWakeWord's tf2onnx speech embedding with its PyTorch Dense heads. Each is
+click-captcha detector (YOLOX) (openWakeWord's tf2onnx speech embedding with its PyTorch Dense heads: in
+test_corpus_wakeword.py). Each is
 calibrated on data made with one seed and measured on data made with another, against its labels and against the
 float model, under the ONNX semantics (onnxruntime with basic optimizations), and in onnxruntime's int8 kernels
 (its default optimizations) where those are exact (x86 with VNNI; tests/corpus/test_corpus_heldout.py says why).
@@ -20,7 +21,7 @@ import pytest
 
 from qlinear.cli import main
 
-from . import captcha, filetype, speech, wakeword
+from . import captcha, filetype
 from .models import cpu_has_vnni, ort_runner, require
 
 onnx = pytest.importorskip("onnx")
@@ -80,13 +81,13 @@ def test_captcha_recogniser_pytorch_cnn_lstm(tmp_path):
     _static(source, data, output)
     float_figure = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(source), evaluation), evaluation.labels)
     semantics = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(output), evaluation), evaluation.labels)
-    kernels = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(output, optimized=True), evaluation),
-                                       evaluation.labels)
     print(f"\ncaptcha recogniser (200): float {100 * float_figure:.2f}%, static int8 {100 * semantics:.2f}% (ONNX "
-          f"semantics), {100 * kernels:.2f}% (onnxruntime's int8 kernels)")
+          f"semantics)")
     assert float_figure >= 0.85
     assert semantics >= float_figure - 0.03
-    if cpu_has_vnni():
+    if cpu_has_vnni():  # without VNNI onnxruntime's kernels are not exact: BENCHMARKS.md has what they score
+        kernels = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(output, optimized=True), evaluation),
+                                           evaluation.labels)
         assert kernels >= float_figure - 0.03
     nodes = _int8_products(output)
     assert nodes["int8"].get("QLinearConv") == 21 and nodes["int8"].get("QGemm") == 1, nodes
@@ -104,50 +105,13 @@ def test_click_detector_pytorch_yolox(tmp_path):
     _static(source, data, output)
     float_boxes = captcha.run_click(ort_runner(source), evaluation)
     int8_boxes = captcha.run_click(ort_runner(output), evaluation)
-    kernel_boxes = captcha.run_click(ort_runner(output, optimized=True), evaluation)
     recall = captcha.box_recall(float_boxes, evaluation), captcha.box_recall(int8_boxes, evaluation)
-    agreement = captcha.box_agreement(float_boxes, int8_boxes), captcha.box_agreement(float_boxes, kernel_boxes)
+    agreement = captcha.box_agreement(float_boxes, int8_boxes)
     print(f"\nclick detector (50 pages): recall float {recall[0]:.3f}, static int8 {recall[1]:.3f}; float boxes found "
-          f"again {agreement[0]:.3f} (ONNX semantics), {agreement[1]:.3f} (onnxruntime's int8 kernels)")
+          f"again {agreement:.3f} (ONNX semantics)")
     assert recall[0] >= 0.9
-    assert recall[1] >= recall[0] - 0.02 and agreement[0] >= 0.95
-    if cpu_has_vnni():
-        assert agreement[1] >= 0.95
+    assert recall[1] >= recall[0] - 0.02 and agreement >= 0.95
+    if cpu_has_vnni():  # without VNNI onnxruntime's kernels are not exact: BENCHMARKS.md has what they score
+        assert captcha.box_agreement(float_boxes, captcha.run_click(ort_runner(output, optimized=True), evaluation)) >= 0.95
     nodes = _int8_products(output)
     assert nodes["int8"].get("QLinearConv") == 83 and not nodes["float"], nodes
-
-
-@pytest.mark.parametrize("phrase", ["alexa", "hey jarvis"])
-def test_wake_word_keras_embedding_and_pytorch_dense_head(tmp_path, phrase):
-    """openWakeWord: its tf2onnx speech embedding (Conv, LeakyRelu, Max as clamps) and the phrase's PyTorch Dense
-    head, each quantized on the features the float pipeline computes for 20 clips, measured on 40 others (20 of
-    the phrase): every clip decided as float decides it (measured: 40 of 40 for both phrases, score curves
-    correlated 0.99)."""
-    speech.require_espeak()
-    head_name, head_input = wakeword.HEADS[phrase]
-    embedding_source, head_source = require("wake_embedding"), require(head_name)
-    calibration = wakeword.make_wake_data(phrase, 10, 10, seed=1)
-    evaluation = wakeword.make_wake_data(phrase)
-    floating = wakeword.wake_runners(phrase)
-    specs = [wakeword.streaming_melspectrogram(floating.melspectrogram, wakeword.padded_clip(clip))
-             for clip in calibration.clips]
-    np.savez(tmp_path / "embedding.npz", input_1=np.concatenate([wakeword.embedding_inputs(s) for s in specs]))
-    features = [wakeword.embeddings(floating.embedding, s) for s in specs]
-    np.savez(tmp_path / "head.npz", **{head_input: np.concatenate([wakeword.head_inputs(f) for f in features])})
-    _static(embedding_source, tmp_path / "embedding.npz", tmp_path / "embedding.int8.onnx")
-    _static(head_source, tmp_path / "head.npz", tmp_path / "head.int8.onnx")
-    figures = {}
-    for optimized in (False, True):
-        quantized = wakeword.wake_runners(phrase, embedding=ort_runner(tmp_path / "embedding.int8.onnx", optimized=optimized),
-                                          head=ort_runner(tmp_path / "head.int8.onnx", optimized=optimized))
-        scores = wakeword.wake_scores(quantized, evaluation.clips)
-        figures[optimized] = (wakeword.wake_accuracy(scores, evaluation.labels),
-                              wakeword.decision_agreement(wakeword.wake_scores(floating, evaluation.clips), scores))
-    float_figure = wakeword.wake_accuracy(wakeword.wake_scores(floating, evaluation.clips), evaluation.labels)
-    print(f"\nwake word {phrase!r} ({len(evaluation.labels)} clips): float {100 * float_figure:.1f}%, static int8 "
-          f"{100 * figures[False][0]:.1f}% (ONNX semantics), {100 * figures[True][0]:.1f}% (onnxruntime's int8 "
-          f"kernels); decisions equal to float's {100 * figures[False][1]:.1f}% / {100 * figures[True][1]:.1f}%")
-    assert float_figure >= 0.9
-    assert figures[False][1] >= 0.95 and figures[False][0] >= float_figure - 0.05
-    if cpu_has_vnni():
-        assert figures[True][1] >= 0.95
