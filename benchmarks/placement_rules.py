@@ -18,11 +18,9 @@ import argparse
 import contextlib
 import io
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -101,30 +99,11 @@ def feeds(name: str) -> dict:
     return {"x": data[0].x} if name == "ocr_det" else {"x": np.ascontiguousarray(data.images[:8])}
 
 
-def session(model: Path, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-
-
 def latencies(models: list[Path], inputs: dict, threads: int, repeats: int) -> list[float]:
-    """Median ms of each model, timed in turns (4 blocks, each starting with a warm-up run per model)."""
-    sessions = [session(m, threads) for m in models]
-    for s in sessions:
-        s.run(None, inputs)
-    times = [[] for _ in sessions]
-    for _ in range(4):
-        for s, kept in zip(sessions, times):
-            s.run(None, inputs)
-            for _ in range(max(1, repeats // 4)):
-                started = time.perf_counter()
-                s.run(None, inputs)
-                kept.append(time.perf_counter() - started)
-    return [1e3 * statistics.median(t) for t in times]
+    """Median ms of each model, timed in turns as benchmarks/static.py times them."""
+    from static import latencies as timed
+
+    return [1e3 * result["median_s"] for result in timed(models, inputs, threads, repeats)]
 
 
 def optimized_counts(model: Path) -> dict:

@@ -359,17 +359,11 @@ def evaluate(name: str, model_path: Path) -> dict:
 
 
 def session(model_path: Path, threads: int, optimized: Path | None = None):
-    """An onnxruntime session with its default graph optimizations (ORT_ENABLE_ALL)."""
-    import onnxruntime as ort
+    """An onnxruntime session with its default graph optimizations (ORT_ENABLE_ALL), as `qlinear quantize` times
+    models."""
+    from qlinear.io import latency
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    if optimized is not None:
-        options.optimized_model_filepath = str(optimized)
-    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    return latency.session(Path(model_path), threads, optimized)
 
 
 KERNELS = ("QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul", "QLinearSigmoid",

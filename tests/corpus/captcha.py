@@ -66,6 +66,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from .models import Runner
+from .ocr import _font, cjk_face, installed_faces
 
 REC_HEIGHT = 64
 CAPTCHA_SIZE = (160, 60)  # width, height of the rendered captchas
@@ -75,7 +76,6 @@ DET_STRIDES = (8, 16, 32)
 DET_NMS = 0.45
 DET_SCORE = 0.1
 
-_FONT_ROOT = Path("/usr/share/fonts")
 
 # ------------------------------------------------------------------------------------------ charset
 
@@ -118,30 +118,12 @@ _LATIN_FACE_FILES = (
     "opentype/urw-base35/URWGothic-Demi.otf",
     "opentype/urw-base35/URWBookman-Demi.otf",
 )
-_CJK_FACE_FILE = "truetype/wqy/wqy-microhei.ttc"
 
 
 @functools.cache
 def latin_faces() -> tuple[str | None, ...]:
     """The Latin faces found under /usr/share/fonts, or ``(None,)`` (Pillow's built-in scalable font) when none is."""
-    found = tuple(str(_FONT_ROOT / f) for f in _LATIN_FACE_FILES if (_FONT_ROOT / f).is_file())
-    return found or (None,)
-
-
-@functools.cache
-def cjk_face() -> str | None:
-    file = _FONT_ROOT / _CJK_FACE_FILE
-    return str(file) if file.is_file() else None
-
-
-@functools.cache
-def _font(face: str | None, size: int) -> ImageFont.FreeTypeFont:
-    if face is None:
-        font = ImageFont.load_default(size=size)
-        if not isinstance(font, ImageFont.FreeTypeFont):
-            raise RuntimeError("Pillow was built without FreeType: no scalable default font for the captchas")
-        return font
-    return ImageFont.truetype(face, size)
+    return installed_faces(_LATIN_FACE_FILES) or (None,)
 
 
 # ------------------------------------------------------------------------------------ glyph rendering

@@ -178,3 +178,26 @@ def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2, optimized:
 
     run.session = session  # type: ignore[attr-defined]  # for callers that want names or metadata
     return run
+
+
+def static_int8(source, data, output) -> dict:
+    """`qlinear quantize SOURCE --dtype int8 --calibrate DATA -o OUTPUT` with the defaults, no evaluation, no per-layer
+    report and no latency: its JSON report, once the run exited 0 and the written model passes onnx.checker's full
+    check (and the report says so)."""
+    import contextlib
+    import io
+    import json
+
+    import onnx
+
+    from qlinear.cli import main
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(data), "-o", str(output),
+                     "--no-eval", "--report-samples", "0", "--no-latency", "--json"])
+    assert code == 0
+    report = json.loads(stdout.getvalue())
+    assert report["model"]["checker"].startswith("passed")
+    onnx.checker.check_model(str(output), full_check=True)
+    return report

@@ -421,15 +421,21 @@ _HELDOUT_FACE_FILES = (
 _CJK_FACE_FILES = ("truetype/wqy/wqy-microhei.ttc",)
 
 
+def installed_faces(files) -> tuple[str, ...]:
+    """The font files of ``files`` (paths under /usr/share/fonts) that are installed, in that order."""
+    return tuple(str(_FONT_ROOT / f) for f in files if (_FONT_ROOT / f).is_file())
+
+
 @functools.cache
 def heldout_faces() -> tuple[str, ...]:
     """The held-out split's Latin faces found under /usr/share/fonts (none of them renders the corpus data)."""
-    return tuple(str(_FONT_ROOT / f) for f in _HELDOUT_FACE_FILES if (_FONT_ROOT / f).is_file())
+    return installed_faces(_HELDOUT_FACE_FILES)
 
 
 @functools.cache
 def cjk_face() -> str | None:
-    return next((str(_FONT_ROOT / f) for f in _CJK_FACE_FILES if (_FONT_ROOT / f).is_file()), None)
+    """WenQuanYi Micro Hei (fonts-wqy-microhei), for Chinese lines and glyphs, or None."""
+    return next(iter(installed_faces(_CJK_FACE_FILES)), None)
 
 
 @functools.cache

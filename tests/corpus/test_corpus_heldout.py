@@ -9,17 +9,11 @@ fonts-wqy-microhei for the Chinese lines), which .ci/run installs; skipped witho
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-
 import numpy as np
 import pytest
 
-from qlinear.cli import main
-
 from . import ocr
-from .models import cpu_has_vnni, ort_runner, path, require
+from .models import cpu_has_vnni, ort_runner, path, require, static_int8
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -56,12 +50,7 @@ def test_default_static_int8_recogniser_within_three_points_on_heldout_lines(hel
     data = tmp_path / "heldout_calibration.npz"
     np.savez(data, x=calibration.images)
     output = tmp_path / "rec.int8.onnx"
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(data), "-o", str(output),
-                     "--no-eval", "--report-samples", "0", "--no-latency", "--json"])
-    assert code == 0
-    assert json.loads(stdout.getvalue())["activations"]["target"] == "onnxruntime"
+    assert static_int8(source, data, output)["activations"]["target"] == "onnxruntime"
     float_figure = ocr.exact_match(ocr.run_rec(ort_runner(path("ocr_rec")), evaluation).texts, evaluation.labels)
     semantics = ocr.exact_match(ocr.run_rec(ort_runner(output), evaluation).texts, evaluation.labels)
     print(f"\nheld-out recogniser ({EVALUATION_LINES} lines): float {100 * float_figure:.2f}%, static int8 "

@@ -11,33 +11,16 @@ Every written model passes onnx.checker's full check, and onnxruntime's optimize
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from qlinear.cli import main
-
 from . import captcha, filetype
-from .models import cpu_has_vnni, ort_runner, require
+from .models import cpu_has_vnni, ort_runner, require, static_int8
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-
-
-def _static(source: Path, data: Path, output: Path) -> dict:
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(data), "-o", str(output),
-                     "--no-eval", "--report-samples", "0", "--no-latency", "--json"])
-    assert code == 0
-    report = json.loads(stdout.getvalue())
-    assert report["model"]["checker"].startswith("passed")
-    onnx.checker.check_model(str(output), full_check=True)
-    return report
 
 
 def _int8_products(output: Path) -> dict:
@@ -54,7 +37,7 @@ def test_filetype_dense_keras_model(tmp_path):
     data = tmp_path / "filetype.calibration.npz"
     np.savez(data, bytes=calibration.features)
     output = tmp_path / "filetype.int8.onnx"
-    _static(source, data, output)
+    static_int8(source, data, output)
     float_figure = filetype.filetype_accuracy(filetype.run_filetype(ort_runner(source), evaluation), evaluation)
     semantics = filetype.filetype_accuracy(filetype.run_filetype(ort_runner(output), evaluation), evaluation)
     kernels = filetype.filetype_accuracy(filetype.run_filetype(ort_runner(output, optimized=True), evaluation),
@@ -78,7 +61,7 @@ def test_captcha_recogniser_pytorch_cnn_lstm(tmp_path):
     data = tmp_path / "captcha.calibration.npz"
     np.savez(data, input1=calibration.images)
     output = tmp_path / "captcha.int8.onnx"
-    _static(source, data, output)
+    static_int8(source, data, output)
     float_figure = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(source), evaluation), evaluation.labels)
     semantics = captcha.captcha_accuracy(captcha.run_captcha(ort_runner(output), evaluation), evaluation.labels)
     print(f"\ncaptcha recogniser (200): float {100 * float_figure:.2f}%, static int8 {100 * semantics:.2f}% (ONNX "
@@ -102,7 +85,7 @@ def test_click_detector_pytorch_yolox(tmp_path):
     data = tmp_path / "click.calibration.npz"
     np.savez(data, images=np.concatenate([page.x for page in calibration]))
     output = tmp_path / "click.int8.onnx"
-    _static(source, data, output)
+    static_int8(source, data, output)
     float_boxes = captcha.run_click(ort_runner(source), evaluation)
     int8_boxes = captcha.run_click(ort_runner(output), evaluation)
     recall = captcha.box_recall(float_boxes, evaluation), captcha.box_recall(int8_boxes, evaluation)

@@ -5,30 +5,14 @@ default, "alexa" in the full suite (--full)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-
 import numpy as np
 import pytest
 
-from qlinear.cli import main
-
 from . import speech, wakeword
-from .models import cpu_has_vnni, ort_runner, require
+from .models import cpu_has_vnni, ort_runner, require, static_int8
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-
-
-def _static(source, data, output) -> None:
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(data), "-o", str(output),
-                     "--no-eval", "--report-samples", "0", "--no-latency", "--json"])
-    assert code == 0
-    assert json.loads(stdout.getvalue())["model"]["checker"].startswith("passed")
-    onnx.checker.check_model(str(output), full_check=True)
 
 
 @pytest.mark.parametrize("phrase", [pytest.param("alexa", marks=pytest.mark.full), "hey jarvis"])
@@ -48,8 +32,8 @@ def test_wake_word_keras_embedding_and_pytorch_dense_head(tmp_path, phrase):
     np.savez(tmp_path / "embedding.npz", input_1=np.concatenate([wakeword.embedding_inputs(s) for s in specs]))
     features = [wakeword.embeddings(floating.embedding, s) for s in specs]
     np.savez(tmp_path / "head.npz", **{head_input: np.concatenate([wakeword.head_inputs(f) for f in features])})
-    _static(embedding_source, tmp_path / "embedding.npz", tmp_path / "embedding.int8.onnx")
-    _static(head_source, tmp_path / "head.npz", tmp_path / "head.int8.onnx")
+    static_int8(embedding_source, tmp_path / "embedding.npz", tmp_path / "embedding.int8.onnx")
+    static_int8(head_source, tmp_path / "head.npz", tmp_path / "head.int8.onnx")
     float_scores = wakeword.wake_scores(floating, evaluation.clips)
     figures = {}
     for optimized in (False, True) if cpu_has_vnni() else (False,):  # without VNNI: not exact (BENCHMARKS.md)

@@ -62,7 +62,11 @@ def batch_from(data, model_proto) -> dict:
         reader.close()
 
 
-def _session(ort, source, threads: int, optimized: Path | None = None):
+def session(model, threads: int, optimized: Path | None = None):
+    """An onnxruntime CPU session of ``model`` (a Path or a ModelProto) as deployed: its default graph
+    optimizations, ``threads`` intra-op threads; ``optimized``: where it writes the graph it optimized."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.log_severity_level = 4
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -70,11 +74,8 @@ def _session(ort, source, threads: int, optimized: Path | None = None):
     options.inter_op_num_threads = 1
     if optimized is not None:
         options.optimized_model_filepath = str(optimized)
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-def _source(model):
-    return str(model) if isinstance(model, Path) else model.SerializeToString()
 
 
 def cpu() -> dict:
@@ -100,16 +101,16 @@ def measure(float_model, quantized_model, feeds: dict) -> dict:
     result = {"runtime": f"onnxruntime {ort.__version__} (default graph optimizations)", "cpu": cpu(),
               "batch": {name: list(array.shape) for name, array in feeds.items()}, "threads": {}}
     for threads in THREADS:
-        sessions = [_session(ort, _source(m), threads) for m in (float_model, quantized_model)]
-        for session in sessions:  # warm-up: allocations, the thread pool, first-run kernel choices
+        sessions = [session(m, threads) for m in (float_model, quantized_model)]
+        for made in sessions:  # warm-up: allocations, the thread pool, first-run kernel choices
             for _ in range(2):
-                session.run(None, feeds)
+                made.run(None, feeds)
         times: list[list[float]] = [[], []]
         started = time.perf_counter()
         while len(times[1]) < MAX_RUNS and (len(times[1]) < MIN_RUNS or time.perf_counter() - started < 2 * BUDGET_S):
-            for session, kept in zip(sessions, times):
+            for made, kept in zip(sessions, times):
                 t0 = time.perf_counter()
-                session.run(None, feeds)
+                made.run(None, feeds)
                 kept.append(time.perf_counter() - t0)
         float_ms, quantized_ms = (1e3 * statistics.median(t) for t in times)
         result["threads"][str(threads)] = {"float_ms": float_ms, "quantized_ms": quantized_ms,
@@ -122,11 +123,10 @@ def optimized_nodes(quantized_model) -> dict:
     """Which nodes of onnxruntime's optimized graph (1 thread) run on the codes, which in float, and how many
     conversions are left."""
     import onnx
-    import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="qlinear_optimized_") as folder:
         path = Path(folder) / "optimized.onnx"
-        _session(ort, _source(quantized_model), 1, path)
+        session(quantized_model, 1, path)
         graph = onnx.load(str(path), load_external_data=False).graph
     return classify(graph)
 

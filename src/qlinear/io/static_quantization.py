@@ -171,19 +171,13 @@ def write_operands(model, plan_: Plan, static: StaticSettings, taken: set[str]) 
         stored = onnx_activations.insert_operand(model.model, operand, q, scale, zero_point, qtype, taken, _unique)
         restored = np.asarray(dequantize_linear(q, scale, zero_point), np.float64)
         error = np.abs(restored - values)
-        sqnr = report_sqnr(float(np.sum(np.float64(values) ** 2)), float(np.sum(error * error)))
+        stats = Stats(signal=float(np.sum(np.float64(values) ** 2)), noise=float(np.sum(error * error)),
+                      max_abs_error=float(np.max(error)) if error.size else 0.0)
         rows.append({"name": operand.name, "kind": "operand", "reader": operand.reader, "to": qtype.onnx_name,
                      "shape": list(values.shape), "scale": float(scale),
                      "zero_point": None if zero_point is None else int(zero_point), "bytes": stored,
-                     "sqnr_db": sqnr, "max_abs_error": float(np.max(error)) if error.size else 0.0})
+                     "sqnr_db": stats.sqnr_db, "max_abs_error": stats.max_abs_error})
     return rows
-
-
-def report_sqnr(signal: float, noise: float) -> float | None:
-    """10 log10(signal / noise) dB; None where exact."""
-    if noise == 0.0:
-        return None
-    return 10.0 * math.log10(signal / noise) if signal > 0 else float("-inf")
 
 
 def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int:

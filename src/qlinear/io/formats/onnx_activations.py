@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .onnx_constants import subgraphs
 
 _FLOAT = 1  # TensorProto.FLOAT
 
@@ -110,10 +111,9 @@ def _rename_readers(graph, old: str, new: str) -> None:
         for position, name in enumerate(node.input):
             if name == old:
                 node.input[position] = new
-        for attribute in node.attribute:
-            for sub in [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []:
-                if old not in {i.name for i in sub.input} | {t.name for t in sub.initializer}:
-                    _rename_readers(sub, old, new)
+        for sub in subgraphs(node):
+            if old not in {i.name for i in sub.input} | {t.name for t in sub.initializer}:
+                _rename_readers(sub, old, new)
 
 
 def bias_plans(model, activations: dict[str, tuple], weight_scales: dict[str, np.ndarray], constants) -> list[dict]:

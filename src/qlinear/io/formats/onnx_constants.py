@@ -81,17 +81,20 @@ class ConstantValues:
         return None
 
 
+def subgraphs(node) -> list:
+    """The graphs a node's attributes hold (If's branches, Loop's and Scan's bodies)."""
+    found = []
+    for attribute in node.attribute:
+        found += [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []
+    return found
+
+
 def prune_unused(graph) -> int:
     """Remove the nodes of ``graph`` whose outputs nothing reads (not a graph output, no node of this graph or
-    of its subgraphs reads them), repeatedly; returns how many."""
+    of its subgraphs reads them), repeatedly, then its initializers nothing reads; returns how many nodes."""
     removed = 0
     while True:
-        used = {o.name for o in graph.output}
-        for node in graph.node:
-            used.update(node.input)
-            for attribute in node.attribute:
-                for sub in [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []:
-                    used.update(_names_read(sub))
+        used = _names_read(graph)
         dead = [node for node in graph.node if node.output and not any(o in used for o in node.output if o)]
         if not dead:
             inputs = {i.name for i in graph.input}
@@ -104,11 +107,10 @@ def prune_unused(graph) -> int:
 
 
 def _names_read(graph) -> set[str]:
-    names = set()
+    """Every name the nodes of ``graph`` and of their subgraphs read, and its outputs."""
+    names = {o.name for o in graph.output}
     for node in graph.node:
         names.update(node.input)
-        for attribute in node.attribute:
-            for sub in [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []:
-                names.update(_names_read(sub))
-    names.update(o.name for o in graph.output)
+        for sub in subgraphs(node):
+            names.update(_names_read(sub))
     return names

@@ -176,12 +176,13 @@ def repair_value_info(model, original=None) -> None:
     for each main-graph input and output that lost it (the original model's), and a declared output shape that
     the new opset's shape inference contradicts (PyTorch exporters declare shapes that older opsets could not
     check: a Reshape's rank-3 output declared as rank 2): the inferred one replaces it."""
+    from .onnx_constants import subgraphs
+
     def clear(graph):
         del graph.value_info[:]
         for node in graph.node:
-            for attribute in node.attribute:
-                for sub in [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []:
-                    clear(sub)
+            for sub in subgraphs(node):
+                clear(sub)
 
     clear(model.graph)
     if original is None:

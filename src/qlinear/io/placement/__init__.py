@@ -7,7 +7,7 @@ function ``place(model, keep_float, float_weights, arrays) -> Placement``."""
 from __future__ import annotations
 
 from . import onnxruntime, qdq_portable
-from .graph import elem_types, kept_nodes
+from .graph import kept_nodes
 from .pairs import Activation, Operand, Placement, ScaleFold, Skipped
 
 TARGETS = {"onnxruntime": onnxruntime.place, "qdq-portable": qdq_portable.place}
@@ -15,10 +15,8 @@ DEFAULT_TARGET = "onnxruntime"
 
 
 def place(model, target: str = DEFAULT_TARGET, keep_float: tuple[str, ...] = (), float_weights=(), arrays=None) -> Placement:
-    if target == "qdq-portable":
-        return qdq_portable.place(model, keep_float)
     return TARGETS[target](model, keep_float, set(float_weights), arrays)
 
 
-__all__ = ["Activation", "DEFAULT_TARGET", "Operand", "Placement", "ScaleFold", "Skipped", "TARGETS", "elem_types",
-           "kept_nodes", "place"]
+__all__ = ["Activation", "DEFAULT_TARGET", "Operand", "Placement", "ScaleFold", "Skipped", "TARGETS", "kept_nodes",
+           "place"]

@@ -39,11 +39,6 @@ def _inferred(model):
         return model
 
 
-def elem_types(model) -> dict[str, int]:
-    """The element type of every main-graph tensor that onnx's shape inference can tell."""
-    return GraphView(model).types
-
-
 @dataclass
 class GraphView:
     """An index of ``model``'s main graph (a ModelProto), built once per placement."""
@@ -93,3 +88,13 @@ def kept_nodes(model, keep_float: tuple[str, ...]) -> list:
     kept = set(keep_float)
     return [node for node in model.graph.node
             if node.name in kept or node.op_type in kept or (not node.name and node.output and node.output[0] in kept)]
+
+
+def kept_reasons(model, keep_float: tuple[str, ...]) -> dict[str, str]:
+    """Each tensor that a node named by ``keep_float`` reads or writes, with the reason it stays float."""
+    reasons: dict[str, str] = {}
+    for node in kept_nodes(model, keep_float):
+        for name in list(node.input) + list(node.output):
+            if name:
+                reasons.setdefault(name, f"--keep-float {node.name if node.name in keep_float else node.op_type}")
+    return reasons

@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import GraphView, kept_nodes, node_key, node_label
+from .graph import GraphView, kept_nodes, kept_reasons, node_key, node_label
 from .pairs import Activation, Operand, Placement, ScaleFold, Skipped
-from .qdq_portable import kept_reasons
 
 ANCHORS = frozenset({"Conv", "MatMul", "Gemm"})
 BINARY = frozenset({"Add", "Mul"})  # QLinearAdd, QLinearMul
@@ -58,8 +57,8 @@ class _Graph:
 
     def __init__(self, view: GraphView, keep_float: tuple[str, ...], float_weights: set[str], arrays):
         self.view, self.given_float, self.arrays = view, float_weights, arrays
-        self._folded_ids: set[int] = set()
-        self._inside: dict[str, object] = {}
+        self.folded_ids: set[int] = set()
+        self.inside: dict[str, object] = {}
         self.kept = kept_reasons(view.model, keep_float)
         self.kept_nodes = {id(n) for n in kept_nodes(view.model, keep_float)}
         self.kind: dict[int, str] = {}  # id(node) -> anchor, binary, kernel, move, scale, fold
@@ -102,12 +101,11 @@ class _Graph:
         if op in MOVES:
             return "move"
         if op in FOLDED:
-            low = 0.0
-            if op == "Clip":
+            low = 0.0  # Relu
+            if op == "Clip":  # its lower bound: an input from opset 11, an attribute before (none: -inf)
                 low_name = node.input[1] if len(node.input) > 1 else ""
-                low = _scalar(view, self.arrays, low_name) if low_name else None
-                if low is None and not low_name:
-                    low = next((a.f for a in node.attribute if a.name == "min"), float("-inf"))
+                low = (_scalar(view, self.arrays, low_name) if low_name
+                       else next((a.f for a in node.attribute if a.name == "min"), float("-inf")))
             return "fold" if low is not None and low <= 0.0 else None
         return None
 
@@ -118,8 +116,8 @@ class _Graph:
 
     # -------------------------------------------------------------------------------------- tensors
 
-    def _int8_output(self, node) -> bool:
-        return id(node) in self.int8 or id(node) in self._folded_ids
+    def int8_output(self, node) -> bool:
+        return id(node) in self.int8 or id(node) in self.folded_ids
 
     def can_quantize(self, name: str) -> bool:
         view = self.view
@@ -127,7 +125,7 @@ class _Graph:
 
     def produced_int8(self, name: str) -> bool:
         producer = self.view.producers.get(name)
-        return producer is not None and name not in self._inside and self._int8_output(producer)
+        return producer is not None and name not in self.inside and self.int8_output(producer)
 
     def read_int8(self, name: str, besides=None) -> bool:
         return any(id(r) in self.int8 and r is not besides for r in self.view.readers.get(name, []))
@@ -135,18 +133,18 @@ class _Graph:
     def output_of(self, node) -> str:
         """The tensor an int8 node's QuantizeLinear quantizes: its output, or its folded activation's."""
         name = node.output[0]
-        while name in self._inside:
-            name = self._inside[name].output[0]
+        while name in self.inside:
+            name = self.inside[name].output[0]
         return name
 
     # ------------------------------------------------------------------------------------ decisions
 
     def settle(self) -> None:
-        """Drop from int8 every operator (but the anchors) that would need a conversion nothing else needs, and
-        every operator (anchors too) that reads or writes a tensor that cannot be quantized, until none does."""
+        """Starting from every candidate in int8, drop the ones `_drop` refuses (every operator that reads a
+        tensor that cannot be quantized; the others that gain nothing or cost conversions), until none is."""
         while True:
-            self._folded_ids = set()
-            self._inside = {}
+            self.folded_ids = set()
+            self.inside = {}
             # Folds chain (Conv -> Relu -> Clip): resolve them in graph order.
             for node in self.view.nodes:
                 if self.kind.get(id(node)) != "fold":
@@ -155,9 +153,9 @@ class _Graph:
                 producer = self.view.producers.get(source)
                 if producer is not None and len(self.view.readers.get(source, [])) == 1 \
                         and source not in self.view.outputs and source not in self.kept \
-                        and (id(producer) in self.int8 or id(producer) in self._folded_ids):
-                    self._folded_ids.add(id(node))
-                    self._inside[source] = node
+                        and (id(producer) in self.int8 or id(producer) in self.folded_ids):
+                    self.folded_ids.add(id(node))
+                    self.inside[source] = node
             dropped = [node for node in self.view.nodes if id(node) in self.int8 and self._drop(node)]
             if not dropped:
                 return
@@ -200,7 +198,7 @@ class _Graph:
         return count
 
     def quantized(self, name: str) -> bool:
-        return self.can_quantize(name) and name not in self._inside and (self.produced_int8(name) or self.read_int8(name))
+        return self.can_quantize(name) and name not in self.inside and (self.produced_int8(name) or self.read_int8(name))
 
 
 def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | None = None, arrays=None) -> Placement:
@@ -223,7 +221,7 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
     for node in view.nodes:
         if node.op_type == "Constant":
             continue
-        in_int8 = id(node) in state.int8 or id(node) in state._folded_ids
+        in_int8 = state.int8_output(node)
         if id(node) in state.int8 and state.kind[id(node)] == "scale":
             scale_nodes.append(node)
             continue
@@ -242,7 +240,7 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
                                                       or name in node.output and in_int8):
                 reason = (state.kept.get(name) or ("a model output (stays float)" if name in view.outputs else None)
                           or (f"inside the fused chain of {node_label(view.producers[name])} (read by "
-                              f"{state._inside[name].op_type} alone)" if name in state._inside else None))
+                              f"{state.inside[name].op_type} alone)" if name in state.inside else None))
                 if reason:
                     skipped.setdefault(name, Skipped(name, reason))
     # Scale folds: the node goes, its input's pair gets a second DequantizeLinear that writes its output (a fold of

@@ -12,7 +12,7 @@ runtimes fold into the product's QuantizeLinear).
 
 from __future__ import annotations
 
-from .graph import FLOAT, GraphView, kept_nodes, node_key, node_label
+from .graph import FLOAT, GraphView, kept_reasons, node_key, node_label
 from .pairs import Activation, Placement, Skipped
 
 INT8_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -46,16 +46,6 @@ def _fused_chains(view: GraphView) -> dict[str, str]:
                 head[name] = label
                 inside[name] = label
     return inside
-
-
-def kept_reasons(model, keep_float: tuple[str, ...]) -> dict[str, str]:
-    """Each tensor that a node named by ``keep_float`` reads or writes, with the reason it stays float."""
-    reasons: dict[str, str] = {}
-    for node in kept_nodes(model, keep_float):
-        for name in list(node.input) + list(node.output):
-            if name:
-                reasons.setdefault(name, f"--keep-float {node.name if node.name in keep_float else node.op_type}")
-    return reasons
 
 
 class Chooser:
@@ -100,10 +90,11 @@ class Chooser:
                          [s for name, s in self.skipped.items() if name not in self.chosen], **more)
 
 
-def place(model, keep_float: tuple[str, ...] = ()) -> Placement:
+def place(model, keep_float: tuple[str, ...] = (), float_weights=(), arrays=None) -> Placement:
     """The activations of ``model`` (a ModelProto) to quantize, in graph order, and those left float with the
     reason. A node that ``keep_float`` names computes in float: no tensor it reads or writes is quantized, for
-    it or for its neighbours."""
+    it or for its neighbours. (``float_weights`` and ``arrays``, which the onnxruntime target reads, change
+    nothing here: a pair goes around every operator a runtime may fuse.)"""
     view = GraphView(model)
     chooser = Chooser(view, keep_float, _fused_chains(view))
     for node in view.nodes:
