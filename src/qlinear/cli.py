@@ -108,6 +108,15 @@ layout (NAME.blocks: uint8, 16 bytes per block of 32 along the last axis; NAME.s
 bytes), which `qlinear dequantize` reads back, as it reads gpt-oss's own checkpoints (to bfloat16).
 The other tensor files have no MX layout: a list compares the formats there.
 
+Rounding (--rounding, ONNX): below 8 bits round-to-nearest loses much of a model. gptq rounds each
+weight column by column and pushes each column's error onto the columns not yet rounded, weighted by
+the layer's input Hessian summed over the --calibrate samples (one float run); awq scales each input
+channel by its activations' magnitude first (the model divides the layer's input by the same scale);
+adaround learns up or down per weight on the same Hessian; hqq chooses each group's zero point by a
+half-quadratic solver, with no data. --activations float keeps the activations float (weights only).
+The stored codes are the method's; DequantizeLinear of them is the weight the model computes. The
+report gives each weight's layer output SQNR on the samples with rtn and with the method.
+
 Static quantization (--calibrate DATA: .npz files of sample inputs): the activations get
 QuantizeLinear -> DequantizeLinear pairs too. --target onnxruntime (default) places them only where
 onnxruntime's CPU provider fuses them into int8 kernels (Conv, MatMul, Gemm and the Add, Mul, Concat,
@@ -186,7 +195,12 @@ def _add_quantize(commands) -> None:
     p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"),
                    help="--calibrate: how an activation's range is chosen from its streamed statistics (default mse)")
     p.add_argument("--activations", metavar="TYPE",
-                   help="--calibrate: the activations' type: uint8 (default), int8, uint16, int16, float8e4m3fn")
+                   help="--calibrate: the activations' type: uint8 (default), int8, uint16, int16, float8e4m3fn, or "
+                   "float (weights only: the samples calibrate the --rounding of the weights, no activation is quantized)")
+    p.add_argument("--rounding", choices=("rtn", "gptq", "awq", "adaround", "hqq"),
+                   help="ONNX: how the weights are rounded: rtn (round to nearest), gptq, awq, adaround (these three "
+                   "weigh each weight's error by its layer's inputs on the --calibrate samples), hqq (no data). "
+                   "Default: gptq for types of 6 bits and fewer and the MX formats when --calibrate is given, rtn otherwise")
     p.add_argument("--symmetric-activations", action="store_true",
                    help="--calibrate: integer activations with a zero zero point (or the middle code)")
     p.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", default=[],

@@ -5,6 +5,7 @@ output path chosen and checked, the format's pipeline run (`qlinear.io.pipeline`
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from .. import dtypes
@@ -58,14 +59,38 @@ def _mx_settings(args, fmt) -> Settings:
     if fmt.name != "nvfp4" and args.scale_rule == "modelopt":
         raise UserError(f"--scale-rule modelopt is NVFP4's (TensorRT Model Optimizer's); --dtype {fmt.name} takes "
                         "floor, ceil or even")
-    for flag, given in (("--chunks", args.chunks), ("--plot", args.plot), ("--calibrate", args.calibrate)):
+    for flag, given in (("--chunks", args.chunks), ("--plot", args.plot),
+                        ("--calibrate", args.calibrate and args.activations != "float")):
         if given:
             raise UserError(f"{flag} does not apply to --dtype {fmt.name} yet (the MX formats quantize weights "
                             f"whole, in memory, for ONNX models)")
     if args.min_elements is not None and args.min_elements < 0:
         raise UserError(f"--min-elements must be >= 0, got {args.min_elements}")
-    return Settings(fmt.element, "block", args.axis, fmt.block_size, True, tuple(args.include), tuple(args.exclude),
-                    args.min_elements, True, None, False, mx=fmt, scale_rule=args.scale_rule)
+    settings = Settings(fmt.element, "block", args.axis, fmt.block_size, True, tuple(args.include), tuple(args.exclude),
+                        args.min_elements, True, None, False, mx=fmt, scale_rule=args.scale_rule)
+    return _with_rounding(args, settings)
+
+
+DEFAULT_ROUNDING_BITS = 6  # types of this many bits and fewer (and the MX formats) get gptq given samples
+
+
+def _with_rounding(args, settings: Settings) -> Settings:
+    """--rounding (and --activations float's samples) into the settings, the default resolved."""
+    from .. import rounding
+
+    method = getattr(args, "rounding", None)
+    calibrate = tuple(Path(p) for p in getattr(args, "calibrate", None) or ())
+    low_bit = settings.mx is not None or settings.qtype.bits <= DEFAULT_ROUNDING_BITS
+    if method is None:
+        method = "gptq" if calibrate and low_bit else "rtn"
+    if method in rounding.NEEDS_DATA and not calibrate:
+        raise UserError(f"--rounding {method} weighs each weight's error by its layer's inputs: give sample inputs "
+                        f"with --calibrate DATA.npz (and --activations float to keep the activations float)")
+    if method == "hqq" and (settings.mx is not None or not settings.qtype.is_integer):
+        raise UserError(f"--rounding hqq solves for an integer zero point; --dtype {settings.dtype_name} has none "
+                        f"(use gptq, awq or rtn)")
+    weight_data = calibrate if getattr(args, "activations", None) == "float" else ()
+    return replace(settings, rounding=method, weight_data=weight_data)
 
 
 def parse_settings(args) -> Settings:
@@ -100,8 +125,9 @@ def parse_settings(args) -> Settings:
         if args.plot:
             raise UserError("--plot draws from whole tensors in memory and cannot be combined with --chunks")
         require_dask("--chunks")
-    return Settings(qtype, kind, args.axis, block_size, True if args.symmetric else False if args.asymmetric else None, tuple(args.include), tuple(args.exclude),
-                    args.min_elements, True, chunks, bool(args.plot))
+    settings = Settings(qtype, kind, args.axis, block_size, True if args.symmetric else False if args.asymmetric else None,
+                        tuple(args.include), tuple(args.exclude), args.min_elements, True, chunks, bool(args.plot))
+    return _with_rounding(args, settings)
 
 
 def _default_output(source: Path, settings: Settings, kind: str) -> Path:
@@ -151,6 +177,11 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
         if given:
             raise UserError(f"{given[0]} applies to static quantization: give sample inputs with --calibrate DATA.npz")
         return None
+    if args.activations == "float":
+        others = [flag for flag in given if flag != "--activations"]
+        if others:
+            raise UserError(f"{others[0]} applies to quantized activations, not --activations float")
+        return None
     activation_type = parse_qtype(args.activations or "uint8", with_mx=False)
     if activation_type.bits < 8 or activation_type.onnx_name.startswith("float4") or activation_type.onnx_name.startswith("float6"):
         raise UserError(f"--activations {activation_type.onnx_name}: activations are uint8, int8, uint16, int16 or a "
@@ -198,6 +229,8 @@ def _compare_command(args, source: Path, kind: str) -> int:
         raise UserError(f"{'--plot' if args.plot else '--calibrate'} takes a single --dtype, not a list")
     runs = [parse_settings(argparse.Namespace(**(vars(args) | {"dtype": name, "scale_rule": _rule_for(name, args)})))
             for name in names]
+    if kind != "onnx" and any(run.rounding != "rtn" for run in runs):
+        raise UserError("--rounding applies to ONNX models (tensor files are rounded to nearest)")
     if kind != "onnx" and (args.eval_data or args.recurrent):
         raise UserError("--eval and --recurrent apply to ONNX models")
     measure = _evaluation(args, source) if kind == "onnx" else None
@@ -222,6 +255,8 @@ def quantize_command(args) -> int:
         raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
     if kind != "onnx" and (args.eval_data or args.recurrent or args.calibrate):
         raise UserError("--eval, --recurrent and --calibrate apply to ONNX models")
+    if kind != "onnx" and settings.rounding != "rtn":
+        raise UserError(f"--rounding {settings.rounding} applies to ONNX models (tensor files are rounded to nearest)")
     output = Path(args.output) if args.output else _default_output(source, settings, kind)
     if kind == "zarr":
         check_output_store(output, source, args.force)

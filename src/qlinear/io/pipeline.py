@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..granularity import Granularity
-from . import evaluation, latency, report, select, static_quantization, streaming
+from . import evaluation, latency, report, select, static_quantization, streaming, weight_rounding
 from .atomic import atomic_files, atomic_output, atomic_store
 from .calibration import calibrate_tensor
 from .errors import UserError
@@ -424,6 +424,15 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             static_quantization.calibrate(static_plan, model.model, static, advance)
         static_plan.float_model = import_onnx().ModelProto()
         static_plan.float_model.CopyFrom(model.model)
+    outcomes = {}
+    if settings.rounding != "rtn":
+        rounding_data = samples
+        if rounding_data is None and settings.weight_data:
+            if model.external:
+                raise UserError(f"{source}: --rounding {settings.rounding} of a model with external data is not "
+                                f"supported yet")
+            rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
+        outcomes = weight_rounding.round_all(model, choices, settings, rounding_data, _progress)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
@@ -437,7 +446,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         weight_scales: dict[str, np.ndarray] = {}
         with report.progress(total, f"quantizing {source.name}") as advance:
             for choice in choices:
-                rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance, weight_scales))
+                rows.append(_quantize_constant(source, model, writer, choice, qtype, settings, advance, weight_scales,
+                                               outcomes.get(choice.found.name)))
         pairs = 0
         if static_plan is not None:
             bias_rows = static_quantization.write_biases(model, writer, static_plan, weight_scales)
@@ -758,6 +768,30 @@ def _needed_opset(settings: Settings, choice: Choice) -> int:
     return min_opset(settings.qtype, "block", "float8e8m0")
 
 
+def _progress(total, what: str, unit: str):
+    return report.progress(total, what, unit=unit)
+
+
+def _rounded_constant(model, writer, choice: Choice, qtype, settings: Settings, advance, weight_scales,
+                      outcome: weight_rounding.Outcome) -> dict:
+    """A weight whose codes a rounding method chose (`weight_rounding`): written as they are."""
+    found, gran, rounded = choice.found, choice.granularity, outcome.rounded
+    advance(found.nbytes)
+    if settings.mx is not None:
+        after = writer.replace_mx(found, settings.mx, rounded.codes, rounded.scale, rounded.global_scale, gran)
+        row = report.quantized_row(choice, qtype, after, Quantized(np.asarray(rounded.scale), np.zeros((), np.int8),
+                                                                   outcome.stats), to=settings.mx.name)
+    else:
+        sink, finish = writer.sink(found, qtype)
+        sink(rounded.codes)
+        zero = rounded.zero_point if qtype.is_integer else None
+        after = writer.replace(found, finish(), rounded.scale, zero, gran, qtype)
+        if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
+            weight_scales[found.name] = np.asarray(rounded.scale, np.float32)
+        row = report.quantized_row(choice, qtype, after, Quantized(rounded.scale, zero, outcome.stats), settings.plot)
+    return row | {"rounding": settings.rounding, "output_sqnr_db": outcome.output_db}
+
+
 def _quantize_mx_constant(source, model, writer, choice: Choice, settings: Settings, advance) -> dict:
     """An MX (or NVFP4) weight, whole in memory: `quantization.quantize_mx`, then `QdqWriter.replace_mx`."""
     found = choice.found
@@ -772,10 +806,15 @@ def _quantize_mx_constant(source, model, writer, choice: Choice, settings: Setti
 
 
 def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance,
-                       weight_scales: dict | None = None) -> dict:
+                       weight_scales: dict | None = None, outcome: weight_rounding.Outcome | None = None) -> dict:
     found = choice.found
     if not choice.quantized:
         return report.copied_row(found, choice.reason)
+    if outcome is not None and outcome.rounded is not None:
+        return _rounded_constant(model, writer, choice, qtype, settings, advance, weight_scales, outcome)
+    if outcome is not None:  # rounded to nearest, and the row says why
+        row = _quantize_constant(source, model, writer, choice, qtype, settings, advance, weight_scales)
+        return row | {"rounding": "rtn", "note": "; ".join(n for n in (row["note"], outcome.note) if n)}
     if settings.mx is not None:
         return _quantize_mx_constant(source, model, writer, choice, settings, advance)
     where = f"{source}: {found.location} {found.name!r}"

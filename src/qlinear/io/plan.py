@@ -78,6 +78,8 @@ class Settings:
     plot: bool = False  # keep what the --plot figures need
     mx: object | None = None  # a `qlinear.mx.MXFormat` (qtype is then its element type); None: plain Q/DQ
     scale_rule: str | None = None  # --scale-rule for the MX formats; None: qlinear.mx's default ("floor")
+    rounding: str = "rtn"  # how the weights are rounded (`qlinear.rounding.METHODS`)
+    weight_data: tuple = ()  # --calibrate paths for the rounding when the activations stay float
 
     @property
     def dtype_name(self) -> str:

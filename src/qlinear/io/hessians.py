@@ -1,0 +1,197 @@
+"""The input Hessians of a model's layers, ``H = Σ x xᵀ`` over the calibration samples, where x runs over the
+layer's input feature vectors (a Conv's im2col patches, a MatMul's rows): what GPTQ-style rounding weighs a
+weight's error by (`qlinear.rounding`).
+
+The float model runs once over the samples (`activation_calibration.Segments`, so memory stays within its
+segment budget), exposing the inputs of the layers whose weights are rounded; each sample's features are
+multiplied out into float64 sums as they come, and dropped. A sample gives at most `MAX_ROWS` feature
+vectors per layer (positions drawn with a fixed seed): a page through the OCR detector has 170,000 positions
+in its first layers, which say no more about the Hessian than 8,192 of them do.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .activation_calibration import CalibrationData, Segments, first
+
+MAX_ROWS = 8192  # feature vectors per sample and layer
+OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+@dataclass
+class Layer:
+    """A weight's layer: how its input becomes feature vectors in the order `rounding.Layout` gives the
+    weight's columns (kernel positions outer, input channels inner)."""
+
+    weight: str
+    op: str  # the layout's operator: "Conv", "ConvTranspose", "MatMul", "Gemm.T"
+    input: str  # the activation the layer reads
+    group: int = 1
+    kernel: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+    pads: tuple[int, ...] = ()  # begins then ends, as ONNX lists them
+    auto_pad: str = "NOTSET"
+    output_padding: tuple[int, ...] = ()
+    transpose_input: bool = False  # Gemm transA
+    sums: np.ndarray | None = field(default=None, repr=False)  # [G, K, K] float64
+    magnitudes: np.ndarray | None = field(default=None, repr=False)  # [G, K]: sum of |x| (AWQ's statistic)
+    rows: int = 0
+
+    def features(self, x: np.ndarray, rng) -> np.ndarray:
+        """[G, n, K] float32 feature vectors of one sample's input ``x``."""
+        if self.op in ("MatMul", "Gemm.T"):
+            x = np.asarray(x, np.float32)
+            rows = (x.T if self.transpose_input else x).reshape(-1, x.shape[-1] if not self.transpose_input else x.shape[0])
+            return _subsample(rows, rng)[None]
+        x = np.asarray(x, np.float32)
+        if self.op == "ConvTranspose":
+            x, pads, strides = _upsampled(x, self), _transpose_pads(x, self), (1,) * len(self.kernel)
+        else:
+            pads, strides = _conv_pads(x, self), self.strides
+        return _patches(x, self.kernel, strides, self.dilations, pads, self.group, rng)
+
+    def add(self, x: np.ndarray, rng) -> None:
+        f = self.features(x, rng)
+        h = np.matmul(f.transpose(0, 2, 1), f).astype(np.float64)  # a sample's sums in float32, then added in float64
+        self.sums = h if self.sums is None else self.sums + h
+        m = np.abs(f).sum(axis=1)
+        self.magnitudes = m if self.magnitudes is None else self.magnitudes + m
+        self.rows += f.shape[1]
+
+
+def _subsample(rows: np.ndarray, rng) -> np.ndarray:
+    if len(rows) <= MAX_ROWS:
+        return rows
+    return rows[np.sort(rng.choice(len(rows), MAX_ROWS, replace=False))]
+
+
+def _conv_pads(x, layer: Layer) -> tuple[int, ...]:
+    n = len(layer.kernel)
+    if layer.auto_pad == "VALID":
+        return (0,) * (2 * n)
+    if layer.auto_pad in ("NOTSET", ""):
+        return layer.pads or (0,) * (2 * n)
+    begins, ends = [], []
+    for axis in range(n):
+        size = x.shape[2 + axis]
+        out = -(-size // layer.strides[axis])
+        total = max(0, (out - 1) * layer.strides[axis] + (layer.kernel[axis] - 1) * layer.dilations[axis] + 1 - size)
+        small, large = total // 2, total - total // 2
+        begins.append(small if layer.auto_pad == "SAME_UPPER" else large)
+        ends.append(large if layer.auto_pad == "SAME_UPPER" else small)
+    return tuple(begins + ends)
+
+
+def _upsampled(x, layer: Layer) -> np.ndarray:
+    """ConvTranspose's input with ``stride - 1`` zeros between its elements along each spatial axis."""
+    n = len(layer.kernel)
+    shape = x.shape[:2] + tuple((x.shape[2 + a] - 1) * layer.strides[a] + 1 for a in range(n))
+    out = np.zeros(shape, x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in layer.strides)] = x
+    return out
+
+
+def _transpose_pads(x, layer: Layer) -> tuple[int, ...]:
+    """The padding of the convolution (stride 1, flipped kernel) that ConvTranspose is over the upsampled
+    input: ``d (k - 1) - pad`` at each end, plus the output padding at the end (negative: a crop)."""
+    n = len(layer.kernel)
+    pads = layer.pads or (0,) * (2 * n)
+    extra = layer.output_padding or (0,) * n
+    begins = [layer.dilations[a] * (layer.kernel[a] - 1) - pads[a] for a in range(n)]
+    ends = [layer.dilations[a] * (layer.kernel[a] - 1) - pads[n + a] + extra[a] for a in range(n)]
+    return tuple(begins + ends)
+
+
+def _patches(x: np.ndarray, kernel, strides, dilations, pads, group: int, rng) -> np.ndarray:
+    """im2col: [group, positions, prod(kernel) * C/group], kernel positions outer, channels inner."""
+    n = len(kernel)
+    batch, channels = x.shape[:2]
+    begins, ends = pads[:n], pads[n:]
+    if any(p < 0 for p in pads):  # a negative pad crops
+        crop = tuple(slice(max(0, -b), x.shape[2 + a] - max(0, -e)) for a, (b, e) in enumerate(zip(begins, ends)))
+        x = x[(slice(None), slice(None)) + crop]
+        begins, ends = [max(0, b) for b in begins], [max(0, e) for e in ends]
+    x = np.pad(x, [(0, 0), (0, 0)] + [(b, e) for b, e in zip(begins, ends)])
+    span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
+    windows = np.lib.stride_tricks.sliding_window_view(x, span, axis=tuple(range(2, 2 + n)))
+    windows = windows[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+                      + tuple(slice(None, None, d) for d in dilations)]
+    out_shape = windows.shape[2:2 + n]
+    positions = batch * math.prod(out_shape)
+    # [batch, C, out..., k...] -> [batch, out..., k..., C]: kernel positions outer, channels inner
+    moved = np.moveaxis(windows, 1, -1)
+    flat_positions = moved.reshape((positions,) + moved.shape[1 + n:]) if positions else moved.reshape((0,) + moved.shape[1 + n:])
+    if positions > MAX_ROWS:
+        flat_positions = flat_positions[np.sort(rng.choice(positions, MAX_ROWS, replace=False))]
+    else:
+        flat_positions = np.ascontiguousarray(flat_positions)
+    per = channels // group
+    grouped = flat_positions.reshape(flat_positions.shape[:-1] + (group, per))
+    grouped = np.moveaxis(grouped, -2, 0)  # [group, positions, k..., C/group]
+    return grouped.reshape(group, grouped.shape[1], -1)
+
+
+def _attribute(node, name: str, default):
+    from onnx import helper
+
+    for attribute in node.attribute:
+        if attribute.name == name:
+            value = helper.get_attribute_value(attribute)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
+    """The `Layer` that reads ``weight`` (of ``shape``) in ``node``, or why its rounding needs no data
+    that this module can collect (a string)."""
+    op = node.op_type
+    if op not in OPS:
+        return f"its {op} reads no input features that a Hessian is collected for"
+    inputs = list(node.input)
+    if op in ("Conv", "ConvTranspose"):
+        if len(inputs) < 2 or inputs[1] != weight:
+            return f"it is not the {op}'s weight"
+        n = len(shape) - 2
+        kernel = tuple(int(k) for k in shape[2:])
+        declared = _attribute(node, "kernel_shape", None)
+        if declared is not None and tuple(declared) != kernel:
+            return "the Conv's kernel_shape differs from its weight's"
+        if op == "ConvTranspose" and (_attribute(node, "output_shape", None) is not None
+                                      or _attribute(node, "auto_pad", "NOTSET") not in ("NOTSET", "")):
+            return "ConvTranspose with output_shape or auto_pad: its padding is not collected yet"
+        return Layer(weight, op, inputs[0], group=int(_attribute(node, "group", 1)), kernel=kernel,
+                     strides=tuple(_attribute(node, "strides", [1] * n)), dilations=tuple(_attribute(node, "dilations", [1] * n)),
+                     pads=tuple(_attribute(node, "pads", [0] * (2 * n))), auto_pad=_attribute(node, "auto_pad", "NOTSET"),
+                     output_padding=tuple(_attribute(node, "output_padding", [0] * n)))
+    if len(inputs) < 2 or inputs[1] != weight or inputs[0] == weight or len(shape) != 2:
+        return f"it is not the {op}'s second (2-D) input"
+    if op == "MatMul":
+        return Layer(weight, "MatMul", inputs[0])
+    transposed = bool(_attribute(node, "transB", 0))
+    return Layer(weight, "Gemm.T" if transposed else "MatMul", inputs[0], transpose_input=bool(_attribute(node, "transA", 0)))
+
+
+def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0) -> None:
+    """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run over the samples. Layers that
+    read the same input share a run's tensor; each layer draws its positions from its own seeded stream,
+    so the figures do not depend on which other layers are collected."""
+    names = list(dict.fromkeys(layer.input for layer in layers))
+    run = Segments(model, names, first(data))
+    streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())]) for layer in layers}
+    by_input: dict[str, list[Layer]] = {}
+    for layer in layers:
+        by_input.setdefault(layer.input, []).append(layer)
+    for feeds in data:
+        for values in run(feeds):
+            for name, value in values.items():
+                for layer in by_input.get(name, ()):
+                    layer.add(value, streams[id(layer)])
+            del values
+        if progress is not None:
+            progress(1)

@@ -1,0 +1,151 @@
+"""Round: the weights of an ONNX model with a `qlinear.rounding` method (--rounding), between "select" and
+"write". For the data-driven methods, each weight's layer is found (`hessians.layer_of`), the float model runs
+once over the calibration samples to sum the layers' input Hessians (`hessians.collect`), and each weight is
+rounded against its Hessian; the report gets, per weight, the layer's output SQNR on the calibration data
+with round-to-nearest and with the method, side by side.
+
+A weight whose layer this cannot see (inside an If branch, read through a Reshape, read by several nodes, an
+operator without a Hessian here) is rounded to nearest, and its row says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import rounding
+from ..rounding.codec import Codec
+from . import hessians
+from .errors import UserError
+from .plan import Choice, Settings, Stats
+from .quantization import _add_error
+
+_SCALE_TYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32}
+
+
+@dataclass
+class Outcome:
+    """What rounding gave one weight: the `rounding.Rounded` tensors (None: round to nearest as usual), a
+    note for the report, the weight's error figures, and the layer output SQNR (dB) on the calibration data
+    by method ({"rtn": ..., "gptq": ...}; empty without a Hessian)."""
+
+    rounded: rounding.Rounded | None
+    note: str = ""
+    stats: Stats | None = None
+    output_db: dict | None = None
+
+
+def _node_by_name(model, name: str):
+    for node in model.graph.node:
+        if node.name == name:
+            return node
+    return None
+
+
+def _layer(model, choice: Choice):
+    """The weight's `hessians.Layer`, or why there is none (a string)."""
+    found = choice.found
+    if ": " in found.location:
+        return "inside a subgraph (the layers of If/Loop branches are not collected)"
+    uses = [use for use in (found.uses or ()) if use.weight]
+    if len(uses) != 1 or len(found.uses or ()) != 1:
+        return f"read by {len(found.uses or ())} nodes (one layer's Hessian cannot weigh its error)"
+    use = uses[0]
+    if use.through:
+        return f"read through {' -> '.join(use.through)}"
+    node = _node_by_name(model, use.node)
+    if node is None:
+        return "its node has no name to find it by"
+    return hessians.layer_of(node, found.name, found.shape)
+
+
+def codec_for(choice: Choice, settings: Settings) -> Codec:
+    found = choice.found
+    scale_dtype = _SCALE_TYPES.get(found.type_name, np.float32)
+    return Codec(settings.qtype, bool(choice.symmetric), found.dtype, scale_dtype, settings.mx, settings.scale_rule)
+
+
+def round_all(model, choices: list[Choice], settings: Settings, data, progress_factory) -> dict[str, Outcome]:
+    """Round every quantized weight of ``choices`` with ``settings.rounding``; ``data`` (a
+    `activation_calibration.CalibrationData`) for the methods that need it. ``progress_factory(total, what,
+    unit)`` gives a context manager around an ``advance(n)`` callable (`report.progress`)."""
+    method = settings.rounding
+    chosen = [c for c in choices if c.quantized]
+    layers, outcomes = {}, {}
+    for choice in chosen:
+        layer = _layer(model.model, choice) if method in rounding.NEEDS_DATA else None
+        if isinstance(layer, str):
+            outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
+        else:
+            layers[choice.found.name] = layer
+    if method in rounding.NEEDS_DATA:
+        collected = [layer for layer in layers.values() if layer is not None]
+        if collected:
+            with progress_factory(data.samples, f"collecting {len(collected)} layer Hessians on {data.samples} samples",
+                                  "samples") as advance:
+                hessians.collect(model.model, collected, data, advance)
+    total = sum(c.found.size for c in chosen if c.found.name in layers)
+    with progress_factory(total, f"rounding {len(layers)} weights ({method})", "weights") as advance:
+        for choice in chosen:
+            name = choice.found.name
+            if name not in layers:
+                continue
+            outcomes[name] = _round_one(model, choice, settings, layers[name], advance)
+    return outcomes
+
+
+def _round_one(model, choice: Choice, settings: Settings, layer, advance) -> Outcome:
+    found = choice.found
+    x = np.asarray(model.array(found))
+    codec = codec_for(choice, settings)
+    method = settings.rounding
+    try:
+        if layer is None:
+            result = rounding.round_weight(x, choice.granularity, codec, method)
+            output_db = {}
+        else:
+            if layer.rows == 0:
+                return Outcome(None, "rounded to nearest: the calibration samples never reached its layer")
+            result = rounding.round_weight(x, choice.granularity, codec, method, layer.op, layer.group, layer.sums,
+                                           layer.magnitudes, layer.rows)
+            output_db = _output_db(x, result, choice, settings, layer)
+    except ValueError as error:
+        raise UserError(f"--rounding {method}: {found.name!r}: {error}") from None
+    stats = Stats()
+    restored = result.values if result.channel_scales is None else _unscaled(result, layer, x)
+    _add_error(stats, x.astype(np.float64), restored.astype(np.float64))
+    advance(found.size)
+    return Outcome(result, "", stats, output_db)
+
+
+def _unscaled(result: rounding.Rounded, layer, x) -> np.ndarray:
+    """AWQ: the weight the layer effectively applies, the rounded values divided by the channel scales."""
+    from ..rounding import _input_channels
+
+    channels = _input_channels(layer.op, x.shape, layer.group)
+    return result.values / result.channel_scales.astype(np.float64)[channels]
+
+
+def _output_db(x, result: rounding.Rounded, choice: Choice, settings: Settings, layer) -> dict:
+    """The layer's output SQNR on the calibration data, tr(W H Wᵀ) / tr(E H Eᵀ) in dB, for round-to-nearest
+    and for the method."""
+    from ..rounding.codec import Layout
+
+    layout = Layout.of(layer.op, x.shape, layer.group)
+    h = layer.sums
+    w = layout.view(x).astype(np.float64)
+    signal = _weighted(w, h)
+    nearest = rounding.round_weight(x, choice.granularity, codec_for(choice, settings), "rtn").values
+    chosen = result.values if result.channel_scales is None else _unscaled(result, layer, x)
+    figures = {}
+    for name, values in (("rtn", nearest), (settings.rounding, chosen)):
+        noise = _weighted(layout.view(values) - w, h)
+        figures[name] = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return figures
+
+
+def _weighted(m: np.ndarray, h: np.ndarray) -> float:
+    """Σ_g tr(M_g H_g M_gᵀ)."""
+    return float(np.einsum("grk,gkl,grl->", m, h, m, optimize=True))

@@ -1,0 +1,123 @@
+"""How a weight's elements are rounded onto a low-bit grid, one module per algorithm:
+
+- ``rtn``: round to nearest, the grid's parameters from each group's min and max (what `qlinear.calibrate` does);
+- ``gptq`` (`gptq`): column by column, each column's error pushed onto the columns not yet rounded through the
+  layer's input Hessian (calibration data);
+- ``awq`` (`awq`): a scale per input channel from the activations' magnitudes, searched on the Hessian's output
+  error; the model divides the layer's input by it (calibration data);
+- ``adaround`` (`adaround`): up or down per weight, learned on the Hessian's output error (calibration data);
+- ``hqq`` (`hqq`): each group's zero point by a half-quadratic solver of an lp-norm error (no data).
+
+`round_weight` runs one of them on one weight; `codec` holds what they share (the layer's view of a weight, its
+quantization groups, the codes and what they stand for, which are always QuantizeLinear's and
+DequantizeLinear's own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..granularity import Granularity
+from .codec import Codec, Groups, Layout, Parameters
+
+METHODS = ("rtn", "gptq", "awq", "adaround", "hqq")
+NEEDS_DATA = ("gptq", "awq", "adaround")
+
+
+@dataclass
+class Rounded:
+    """One weight rounded: ``codes`` (the tensor's shape, the type's dtype), the stored ``scale`` and
+    ``zero_point`` (None without one) in the granularity's parameter shape, NVFP4's ``global_scale``, the
+    ``values`` the codes stand for (float64, the tensor's shape) and, for AWQ, the ``channel_scales`` the
+    layer's input is divided by (None otherwise)."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None
+    values: np.ndarray
+    global_scale: np.ndarray | None = None
+    channel_scales: np.ndarray | None = None
+
+
+def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: str, op: str | None = None,
+                 group: int = 1, hessian: np.ndarray | None = None, magnitudes: np.ndarray | None = None,
+                 rows: int = 0, progress=None) -> Rounded:
+    """Round ``tensor`` with ``method`` onto ``codec``'s grid at granularity ``gran``. The data-driven methods
+    need the layer: ``op`` and ``group`` as `Layout.of` takes them, the ``hessian`` [G, K, K] of its input
+    features over ``rows`` feature vectors and (AWQ) their summed ``magnitudes`` [G, K]."""
+    if method not in METHODS:
+        raise ValueError(f"round_weight: method must be one of {', '.join(METHODS)}, got {method!r}")
+    x = np.asarray(tensor)
+    codec.prepare(x)
+    if method in NEEDS_DATA:
+        if op is None or hessian is None:
+            raise ValueError(f"round_weight: {method} needs the layer's operator and input Hessian")
+        layout = Layout.of(op, x.shape, group)
+    else:
+        layout = _plain_layout(x.shape)
+    groups = Groups.of_granularity(layout, gran)
+    matrices = layout.view(x).astype(np.float64)
+    params = Parameters(groups, codec)
+    channel_scales = None
+    if method in ("rtn", "hqq") or groups.starts is None:
+        if method == "hqq":
+            from . import hqq
+
+            params.choose_all(matrices, lambda values: hqq.parameters(values, codec))  # (whatever codec.grid says)
+        elif method != "awq":
+            params.choose_all(matrices)
+    if method in ("rtn", "hqq"):
+        codes, values = _nearest(matrices, groups, params, codec)
+    elif method == "gptq":
+        from .gptq import gptq
+
+        codes, values = gptq(matrices, hessian, groups, codec, params, progress=progress)
+    elif method == "adaround":
+        from .adaround import adaround
+
+        if groups.starts is not None:
+            params.choose_all(matrices)
+        codes, values = adaround(matrices, hessian, groups, codec, params, rows, progress=progress)
+    else:
+        from .awq import awq
+
+        channels = layout.view(_input_channels(op, x.shape, group))[:, 0, :]
+        made: list[Parameters] = []
+
+        def make_params() -> Parameters:
+            made.append(Parameters(groups, codec))
+            return made[-1]
+        codes, values, channel_scales = awq(matrices, hessian, magnitudes, channels, groups, codec, make_params, rows,
+                                            progress=progress)
+        params = _parameters_of(codes, groups, codec, made)
+    scale, zero = params.stored(gran)
+    # What the written DequantizeLinear computes, whatever arithmetic chose the codes.
+    values = codec.values(codes, params.effective[groups.of], params.zeros[groups.of] if params.zeros is not None else None)
+    return Rounded(layout.unview(codes), scale, zero, layout.unview(values), codec.global_scale, channel_scales)
+
+
+def _plain_layout(shape) -> Layout:
+    return Layout(tuple(shape), np.arange(int(np.prod(shape)), dtype=np.int64).reshape(1, 1, -1))
+
+
+def _nearest(matrices, groups: Groups, params: Parameters, codec: Codec):
+    effective = params.effective[groups.of]
+    zero = params.zeros[groups.of] if params.zeros is not None else None
+    return codec.round(matrices, effective, zero)
+
+
+def _input_channels(op: str, shape, group: int) -> np.ndarray:
+    """The input channel (of the layer's input tensor) that each element of a weight multiplies."""
+    index = np.indices(shape, sparse=True)
+    if op == "Conv":
+        per_group_out = shape[0] // group
+        channels = (index[0] // per_group_out) * shape[1] + index[1]
+    elif op == "ConvTranspose" or op == "MatMul":
+        channels = index[0]
+    elif op == "Gemm.T":
+        channels = index[1]
+    else:
+        channels = index[-1]
+    return np.broadcast_to(channels, shape).astype(np.int64)

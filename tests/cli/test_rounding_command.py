@@ -1,0 +1,182 @@
+"""`qlinear quantize --rounding`: weights rounded by GPTQ (and HQQ, and the others), calibrated on the user's
+samples with the activations float (`--activations float`) or quantized; the models are valid, onnxruntime
+runs them, and on the calibration data their output is closer to float's than round-to-nearest's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qlinear.cli import main
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _model(path, seed=0):
+    """x [N, 8, 12, 12] -> Conv 3x3 (32) -> Relu -> Conv 1x1 (48) -> GlobalAveragePool -> Flatten -> MatMul (48x10)."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array(rng.standard_normal((32, 8, 3, 3)).astype(np.float32) * 0.2, "w1"),
+               numpy_helper.from_array(rng.standard_normal((48, 32, 1, 1)).astype(np.float32) * 0.2, "w2"),
+               numpy_helper.from_array(rng.standard_normal((48, 10)).astype(np.float32) * 0.2, "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("GlobalAveragePool", ["c2"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "w3"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _data(path, count=48, seed=1):
+    rng = np.random.default_rng(seed)
+    mixing = rng.standard_normal((8, 8))  # correlated channels: where compensation pays
+    x = np.einsum("nchw,cd->ndhw", rng.standard_normal((count, 8, 12, 12)), mixing).astype(np.float32)
+    np.savez(path, x=x)
+    return x
+
+
+def _quantize(capsys, *args):
+    code = main(["quantize", *map(str, args), "--json", "--force"])
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+
+
+def _run(path, x):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.fixture
+def net(tmp_path):
+    model, data = tmp_path / "net.onnx", tmp_path / "calib.npz"
+    _model(model)
+    return model, data, _data(data)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4", "int2"])
+def test_gptq_weights_only_beats_round_to_nearest_on_the_models_output(net, tmp_path, capsys, dtype):
+    model, data, x = net
+    reference = _run(model, x)
+    errors = {}
+    for method in ("rtn", "gptq"):
+        out = tmp_path / f"net.{method}.onnx"
+        extra = ["--calibrate", data, "--activations", "float"] if method == "gptq" else []
+        code, report, err = _quantize(capsys, model, "--dtype", dtype, "-o", out, "--rounding", method, *extra)
+        assert code == 0, err
+        assert report["model"]["checker"] == "passed"
+        rows = [r for r in report["tensors"] if r["quantized"]]
+        assert len(rows) == 3
+        if method == "gptq":
+            for row in rows:
+                assert row["rounding"] == "gptq"
+                assert row["output_sqnr_db"]["gptq"] > row["output_sqnr_db"]["rtn"], row
+        errors[method] = float(np.mean((_run(out, x) - reference) ** 2))
+    assert errors["gptq"] < 0.8 * errors["rtn"], errors
+
+
+def test_the_default_rounding_is_gptq_below_8_bits_given_samples_and_rtn_otherwise(net, tmp_path, capsys):
+    model, data, _ = net
+    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "a.onnx", "--calibrate", data,
+                                  "--activations", "float")
+    assert code == 0, err
+    assert {r.get("rounding") for r in report["tensors"] if r["quantized"]} == {"gptq"}
+    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "b.onnx")
+    assert code == 0, err
+    assert all("rounding" not in r for r in report["tensors"])
+    code, report, err = _quantize(capsys, model, "--dtype", "int8", "-o", tmp_path / "c.onnx", "--calibrate", data,
+                                  "--activations", "float")
+    assert code == 0, err
+    assert all("rounding" not in r for r in report["tensors"])
+
+
+def test_gptq_with_quantized_activations(net, tmp_path, capsys):
+    model, data, x = net
+    out = tmp_path / "static.onnx"
+    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", out, "--calibrate", data, "--rounding", "gptq",
+                                  "--no-latency", "--report-samples", "4")
+    assert code == 0, err
+    assert report["model"]["checker"] == "passed"
+    assert report["activations"]["pairs"] > 0
+    assert all(r.get("rounding") == "gptq" for r in report["tensors"] if r["quantized"] and len(r["shape"]) > 1)
+    assert np.isfinite(_run(out, x)).all()
+
+
+def test_hqq_needs_no_data_and_beats_round_to_nearest(net, tmp_path, capsys):
+    model, _, x = net
+    reference = _run(model, x)
+    errors = {}
+    for method in ("rtn", "hqq"):
+        out = tmp_path / f"{method}.onnx"
+        code, report, err = _quantize(capsys, model, "--dtype", "uint4", "-o", out, "--rounding", method)
+        assert code == 0, err
+        errors[method] = float(np.mean((_run(out, x) - reference) ** 2))
+    assert errors["hqq"] < errors["rtn"], errors
+
+
+@pytest.mark.parametrize("dtype", ["mxfp4", "nvfp4"])
+def test_gptq_rounds_the_microscaling_formats(net, tmp_path, capsys, dtype):
+    model, data, _ = net
+    code, report, err = _quantize(capsys, model, "--dtype", dtype, "-o", tmp_path / f"{dtype}.onnx", "--calibrate", data,
+                                  "--activations", "float", "--rounding", "gptq")
+    assert code == 0, err
+    assert report["model"]["checker"] == "passed"
+    for row in report["tensors"]:
+        if row["quantized"] and row["name"] != "w3":  # w3: 48 inputs, a short second block
+            assert row["output_sqnr_db"]["gptq"] > row["output_sqnr_db"]["rtn"], row
+
+
+def test_a_weight_inside_a_subgraph_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w")
+    branch = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)], [w])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = tmp_path / "d.npz"
+    np.savez(data, x=rng.standard_normal((4, 2, 16)).astype(np.float32), c=np.ones((4,), bool))
+    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "o.onnx", "--calibrate", data,
+                                  "--activations", "float", "--rounding", "gptq", "--min-elements", "1")
+    assert code == 0, err
+    row = next(r for r in report["tensors"] if r["name"] == "w")
+    assert row["rounding"] == "rtn" and "subgraph" in row["note"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dtype", "int4", "--rounding", "gptq"], "--calibrate"),
+    (["--dtype", "mxfp4", "--rounding", "hqq"], "integer zero point"),
+    (["--dtype", "int4", "--rounding", "awq"], "--calibrate"),
+    (["--dtype", "int4", "--calibrate", "DATA", "--activations", "float", "--method", "minmax"], "--method"),
+    (["--dtype", "int4", "--rounding", "median"], "invalid choice"),
+])
+def test_bad_rounding_arguments_are_one_line_and_exit_2(net, tmp_path, capsys, args, message):
+    model, data, _ = net
+    args = [str(data) if a == "DATA" else a for a in args]
+    try:
+        code = main(["quantize", str(model), "-o", str(tmp_path / "o.onnx"), *args])
+    except SystemExit as stop:  # argparse's own refusals
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) <= 2, err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_rounding_a_tensor_file_is_refused(tmp_path, capsys):
+    source = tmp_path / "w.npy"
+    np.save(source, np.ones((4, 64), np.float32))
+    code = main(["quantize", str(source), "--dtype", "int4", "--rounding", "hqq"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ONNX models" in err

@@ -1,0 +1,239 @@
+"""GPTQ and the machinery every rounding method shares (`qlinear.rounding`): the fast, lazily batched GPTQ
+against the paper's per-column transcription (`qlinear.reference.gptq`), the codes against QuantizeLinear's
+rule, the written values against qlinear's DequantizeLinear, and the layer views against onnxruntime's own
+Conv, ConvTranspose, MatMul and Gemm (the Hessian's features times the weight's view are the layer's output)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import dtypes
+from qlinear.granularity import Granularity
+from qlinear.reference import mx as mx_reference
+from qlinear.reference.gptq import gptq as reference_gptq
+from qlinear.rounding import round_weight
+from qlinear.rounding.codec import Codec, Groups, Layout, Parameters
+from qlinear.rounding.gptq import gptq
+
+SEED = 20261204
+
+
+def _layer(rng, shape=(16, 40, 3, 3), samples=3000):
+    """A Conv weight and the Hessian of correlated input features (so that compensation matters)."""
+    w = rng.standard_normal(shape).astype(np.float32)
+    k = int(np.prod(shape[1:]))
+    x = rng.standard_normal((samples, k)) @ rng.standard_normal((k, k)) * 0.3
+    return w, (x.T @ x)[None]
+
+
+def _codec(dtype: str, symmetric=False):
+    fmt = mx_reference.FORMATS.get(dtype)
+    qtype = fmt.element if fmt is not None else dtypes.get(dtype)
+    codec = Codec(qtype, symmetric, np.float32, np.float32, fmt)
+    return codec
+
+
+def _granularity(kind: str, shape, block=32):
+    if kind == "tensor":
+        return Granularity("tensor", shape)
+    if kind == "axis":
+        return Granularity("axis", shape, 0)
+    return Granularity("block", shape, 1, block)
+
+
+CASES = [("int4", "block", False), ("int4", "axis", False), ("int4", "tensor", True), ("uint4", "block", False),
+         ("int2", "block", False), ("uint8", "axis", False), ("float4e2m1", "axis", True), ("mxfp4", "block", True),
+         ("nvfp4", "block", True)]
+
+
+@pytest.mark.parametrize("dtype,kind,symmetric", CASES)
+def test_fast_gptq_gives_the_codes_of_the_papers_per_column_form(dtype, kind, symmetric):
+    rng = np.random.default_rng(SEED)
+    w, h = _layer(rng)
+    layout = Layout.of("Conv", w.shape)
+    block = 16 if dtype == "nvfp4" else 32
+    gran = _granularity(kind, w.shape, block)
+    groups = Groups.of_granularity(layout, gran)
+    codec = _codec(dtype, symmetric)
+    codec.prepare(w)
+    matrices = layout.view(w).astype(np.float64)
+    fast = Parameters(groups, codec)
+    slow = Parameters(groups, codec)
+    if groups.starts is None:
+        fast.choose_all(matrices)
+        slow.choose_all(matrices)
+    codes, values = gptq(matrices, h, groups, codec, fast)
+    starts = groups.starts[0] if groups.starts is not None else ()
+
+    def quant(j, current):
+        if j in starts:
+            at = starts.index(j)
+            slow.choose_run(0, j, starts[at + 1] if at + 1 < len(starts) else current.shape[1], current)
+        return codec.round(current[:, j], *slow.column(0, j))[1]
+
+    expected = reference_gptq(matrices[0], h[0], quant)
+    np.testing.assert_array_equal(values[0], expected)
+    assert groups.starts is not None or kind != "block"
+
+
+@pytest.mark.parametrize("dtype,kind,symmetric", CASES)
+def test_gptq_lowers_the_layer_output_error_of_round_to_nearest(dtype, kind, symmetric):
+    rng = np.random.default_rng(SEED + 1)
+    w, h = _layer(rng, (24, 32, 3, 3))
+    gran = _granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
+    layout = Layout.of("Conv", w.shape)
+    errors = {}
+    for method in ("rtn", "gptq"):
+        rounded = round_weight(w, gran, _codec(dtype, symmetric), method, "Conv", 1, h)
+        e = layout.view(rounded.values) - layout.view(w)
+        errors[method] = float(np.einsum("grk,gkl,grl->", e, h, e))
+    assert errors["gptq"] < 0.8 * errors["rtn"], errors
+
+
+@pytest.mark.parametrize("dtype,kind,symmetric", CASES)
+@pytest.mark.parametrize("method", ["gptq", "hqq", "rtn"])
+def test_the_values_are_dequantize_linear_of_the_stored_codes(dtype, kind, symmetric, method):
+    if method == "hqq" and (dtype in mx_reference.FORMATS or dtype.startswith("float")):
+        pytest.skip("hqq needs an integer zero point")
+    rng = np.random.default_rng(SEED + 2)
+    w, h = _layer(rng, (8, 64, 1, 1), 500)
+    gran = _granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
+    codec = _codec(dtype, symmetric)
+    rounded = round_weight(w, gran, codec, method, "Conv", 1, h)
+    attributes = gran.attributes()
+    if dtype == "nvfp4":
+        scales = qlinear.dequantize_linear(rounded.scale, rounded.global_scale, opset=23)
+        restored = qlinear.dequantize_linear(rounded.codes, scales, opset=23, **attributes)
+    elif dtype in mx_reference.FORMATS:
+        restored = qlinear.dequantize_linear(rounded.codes, rounded.scale, output_dtype=np.float32, opset=28, **attributes)
+    else:
+        restored = qlinear.dequantize_linear(rounded.codes, rounded.scale, rounded.zero_point, **attributes)
+    np.testing.assert_array_equal(rounded.values, np.asarray(restored, np.float64))
+    assert rounded.codes.shape == w.shape and rounded.scale.shape == gran.param_shape
+
+
+def test_round_to_nearest_is_quantize_linear_exactly():
+    """The integer rule the algorithms round each column by is QuantizeLinear's, ties and saturation included."""
+    rng = np.random.default_rng(SEED + 3)
+    for dtype in ("int4", "uint4", "int2", "uint8", "int8"):
+        qtype = dtypes.get(dtype)
+        codec = Codec(qtype, False, np.float32)
+        scale = np.float32(0.25) * rng.integers(1, 9, 4000).astype(np.float32)
+        x = (rng.integers(-40, 40, 4000) * 0.5).astype(np.float32) * scale  # many exact halves: ties
+        x[:50] = np.float32(1e6) * np.sign(x[:50] + 0.1)  # saturation
+        zero = rng.integers(qtype.qmin, qtype.qmax + 1, 4000).astype(qtype.dtype)
+        codes, values = codec.round(x, scale, zero)
+        expected = qlinear.quantize_linear(x.reshape(-1, 1), scale.reshape(-1, 1), zero.reshape(-1, 1), axis=0,
+                                           block_size=1).reshape(-1)
+        np.testing.assert_array_equal(codes, expected)
+        restored = qlinear.dequantize_linear(expected.reshape(-1, 1), scale.reshape(-1, 1), zero.reshape(-1, 1), axis=0,
+                                             block_size=1).reshape(-1)
+        np.testing.assert_array_equal(values, restored.astype(np.float64))
+
+
+def test_gptq_is_the_same_on_every_run_and_thread_count():
+    code = ("import numpy as np, hashlib\n"
+            "from tests.rounding.test_gptq import _layer, _codec, _granularity\n"
+            "from qlinear.rounding import round_weight\n"
+            f"w, h = _layer(np.random.default_rng({SEED}), (32, 64, 3, 3))\n"
+            "r = round_weight(w, _granularity('block', w.shape), _codec('int4'), 'gptq', 'Conv', 1, h)\n"
+            "print(hashlib.sha256(r.codes.view(np.uint8).tobytes() + r.scale.tobytes()).hexdigest())\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    digests = set()
+    for threads in ("1", "2", "2"):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
+                   NUMBA_NUM_THREADS=threads)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        digests.add(result.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_dead_inputs_and_a_singular_hessian_are_handled():
+    rng = np.random.default_rng(SEED + 4)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    x = rng.standard_normal((100, 16))
+    x[:, 3] = 0.0  # an input never seen
+    x[:, 5] = x[:, 6]  # two inputs always equal
+    h = (x.T @ x)[None]
+    gran = Granularity("block", w.shape, 0, 8)  # MatMul B [K, N]: blocks along K
+    rounded = round_weight(w, gran, _codec("int4"), "gptq", "MatMul", 1, h)
+    assert np.isfinite(rounded.values).all()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The layers' views against onnxruntime
+
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+
+def _run_layer(op, w, x, **attributes):
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node(op, ["x", "W"], ["y"], **attributes)
+    graph = helper.make_graph([node], "layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return node, session.run(None, {"x": x})[0]
+
+
+LAYERS = [
+    ("Conv", (8, 3, 3, 3), (2, 3, 9, 11), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ("Conv", (8, 2, 3, 3), (1, 4, 9, 11), {"group": 2, "dilations": [2, 1]}),
+    ("Conv", (6, 1, 5, 5), (1, 6, 12, 12), {"group": 6, "pads": [2, 2, 2, 2]}),
+    ("Conv", (8, 3, 3), (1, 3, 20), {"auto_pad": "SAME_UPPER", "strides": [2]}),
+    ("Conv", (8, 3, 3), (1, 3, 20), {"auto_pad": "SAME_LOWER", "strides": [2]}),
+    ("ConvTranspose", (4, 6, 2, 2), (1, 4, 5, 7), {"strides": [2, 2]}),
+    ("ConvTranspose", (4, 3, 3, 3), (1, 4, 5, 7), {"strides": [2, 2], "pads": [1, 1, 0, 1], "output_padding": [1, 0],
+                                                   "group": 2}),
+    ("MatMul", (12, 7), (2, 5, 12), {}),
+    ("Gemm", (7, 12), (5, 12), {"transB": 1}),
+    ("Gemm", (12, 7), (12, 5), {"transA": 1}),
+]
+
+
+@pytest.mark.parametrize("op,wshape,xshape,attributes", LAYERS)
+def test_the_hessian_features_times_the_weight_view_are_the_layers_output(op, wshape, xshape, attributes, monkeypatch):
+    from qlinear.io import hessians
+
+    rng = np.random.default_rng(SEED + 5)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    node, y = _run_layer(op, w, x, **attributes)
+    layer = hessians.layer_of(node, "W", wshape)
+    monkeypatch.setattr(hessians, "MAX_ROWS", 10**9)
+    features = layer.features(x, np.random.default_rng(0))
+    view = Layout.of(layer.op, wshape, layer.group).view(w)
+    out = np.matmul(view, features.transpose(0, 2, 1))  # [G, R, positions]
+    if op.startswith("Conv"):
+        expected = np.moveaxis(y, 1, 0).reshape(layer.group, -1, y.shape[0] * int(np.prod(y.shape[2:])))
+    else:
+        expected = y.reshape(-1, y.shape[-1]).T[None]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_act_order_is_the_papers_form_on_the_columns_in_that_order():
+    rng = np.random.default_rng(SEED + 6)
+    w, h = _layer(rng, (8, 24, 1, 1), 400)
+    layout = Layout.of("Conv", w.shape)
+    groups = Groups.of_granularity(layout, _granularity("axis", w.shape))
+    codec = _codec("int4")
+    matrices = layout.view(w).astype(np.float64)
+    params = Parameters(groups, codec)
+    params.choose_all(matrices)
+    _, values = gptq(matrices, h, groups, codec, params, act_order=True)
+    order = np.argsort(-np.diag(h[0]), kind="stable")
+    expected = reference_gptq(matrices[0][:, order], h[0][np.ix_(order, order)],
+                              lambda j, current: codec.round(current[:, j], *params.column(0, order[j]))[1])
+    np.testing.assert_array_equal(values[0][:, order], expected)
