@@ -212,7 +212,7 @@ def test_the_hessian_features_times_the_weight_view_are_the_layers_output(op, ws
     x = rng.standard_normal(xshape).astype(np.float32)
     node, y = _run_layer(op, w, x, **attributes)
     layer = hessians.layer_of(node, "W", wshape)
-    monkeypatch.setattr(hessians, "MAX_ROWS", 10**9)
+    layer.limit = 10**9
     features = layer.features(x, np.random.default_rng(0))
     view = Layout.of(layer.op, wshape, layer.group).view(w)
     out = np.matmul(view, features.transpose(0, 2, 1))  # [G, R, positions]
@@ -237,3 +237,22 @@ def test_act_order_is_the_papers_form_on_the_columns_in_that_order():
     expected = reference_gptq(matrices[0][:, order], h[0][np.ix_(order, order)],
                               lambda j, current: codec.round(current[:, j], *params.column(0, order[j]))[1])
     np.testing.assert_array_equal(values[0][:, order], expected)
+
+
+@pytest.mark.parametrize("op,wshape,xshape,attributes", LAYERS[:1] + LAYERS[5:6] + LAYERS[7:8])
+def test_subsampled_features_are_positions_of_the_layer(op, wshape, xshape, attributes):
+    """With fewer rows than positions, each feature vector is still one of the layer's positions."""
+    from qlinear.io import hessians
+
+    rng = np.random.default_rng(SEED + 7)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    node, y = _run_layer(op, w, x, **attributes)
+    layer = hessians.layer_of(node, "W", wshape)
+    layer.limit = 7
+    features = layer.features(x, np.random.default_rng(0))
+    assert features.shape[1] == 7
+    out = np.matmul(Layout.of(layer.op, wshape, layer.group).view(w), features.transpose(0, 2, 1))[0]  # [R, 7]
+    expected = (np.moveaxis(y, 1, 0).reshape(y.shape[1], -1) if op.startswith("Conv") else y.reshape(-1, y.shape[-1]).T)
+    for column in out.T:
+        assert np.abs(expected - column[:, None]).max(axis=0).min() < 1e-4

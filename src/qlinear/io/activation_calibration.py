@@ -274,14 +274,20 @@ def _session(model, names: list[str]):
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
 
 
-def collect(model, names: list[str], data: CalibrationData, progress=None, max_bins: int = 2048) -> dict[str, Observer]:
-    """An observer per tensor of ``names`` (of ``model``, a ModelProto), fed every sample of ``data``."""
-    run = Segments(model, names, first(data))
+def collect(model, names: list[str], data: CalibrationData, progress=None, max_bins: int = 2048,
+            also=None) -> dict[str, Observer]:
+    """An observer per tensor of ``names`` (of ``model``, a ModelProto), fed every sample of ``data``.
+    ``also``: (more names, ``consume(values)``): tensors exposed in the same run and handed, a segment's at
+    a time, to ``consume`` (the layers' input Hessians of `hessians`)."""
+    more, consume = also if also is not None else ((), None)
+    run = Segments(model, list(dict.fromkeys(list(names) + list(more))), first(data))
     observers = {name: Observer(max_bins=max_bins) for name in names}
     with _Updater(observers) as update:
         for feeds in data:
             for values in run(feeds):
-                update(values)
+                if consume is not None:
+                    consume(values)
+                update({name: value for name, value in values.items() if name in observers})
                 del values  # before the next segment runs: one segment's tensors at a time
             if progress is not None:
                 progress(1)

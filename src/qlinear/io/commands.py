@@ -83,12 +83,19 @@ def _with_rounding(args, settings: Settings) -> Settings:
     low_bit = settings.mx is not None or settings.qtype.bits <= DEFAULT_ROUNDING_BITS
     if method is None:
         method = "gptq" if calibrate and low_bit else "rtn"
-    if method in rounding.NEEDS_DATA and not calibrate:
-        raise UserError(f"--rounding {method} weighs each weight's error by its layer's inputs: give sample inputs "
-                        f"with --calibrate DATA.npz (and --activations float to keep the activations float)")
     if method == "hqq" and (settings.mx is not None or not settings.qtype.is_integer):
         raise UserError(f"--rounding hqq solves for an integer zero point; --dtype {settings.dtype_name} has none "
                         f"(use gptq, awq or rtn)")
+    if method == "adaround" and (settings.mx is not None or not settings.qtype.is_integer):
+        raise UserError(f"--rounding adaround rounds up or down between integer codes; --dtype {settings.dtype_name} "
+                        f"has none (use gptq, awq or rtn)")
+    if method == "awq" and calibrate and getattr(args, "activations", None) != "float":
+        raise UserError("--rounding awq divides each layer's input by its channel scales, which would sit between the "
+                        "activation's QuantizeLinear/DequantizeLinear pair and the layer: give --activations float "
+                        "(weights only), or use gptq")
+    if method in rounding.NEEDS_DATA and not calibrate:
+        raise UserError(f"--rounding {method} weighs each weight's error by its layer's inputs: give sample inputs "
+                        f"with --calibrate DATA.npz (and --activations float to keep the activations float)")
     weight_data = calibrate if getattr(args, "activations", None) == "float" else ()
     return replace(settings, rounding=method, weight_data=weight_data)
 

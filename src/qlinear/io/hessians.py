@@ -5,8 +5,10 @@ weight's error by (`qlinear.rounding`).
 The float model runs once over the samples (`activation_calibration.Segments`, so memory stays within its
 segment budget), exposing the inputs of the layers whose weights are rounded; each sample's features are
 multiplied out into float64 sums as they come, and dropped. A sample gives at most `MAX_ROWS` feature
-vectors per layer (positions drawn with a fixed seed): a page through the OCR detector has 170,000 positions
-in its first layers, which say no more about the Hessian than 8,192 of them do.
+vectors per layer, and fewer as samples grow (`ROW_BUDGET` over all of them, at least 512 each; positions
+drawn with a fixed seed): a page through the OCR detector has 170,000 positions in its first layers, which
+say no more about a Hessian of at most a few thousand inputs than a thousand of them do, and multiplying
+them all out took most of the time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import numpy as np
 
 from .activation_calibration import CalibrationData, Segments, first
 
-MAX_ROWS = 8192  # feature vectors per sample and layer
+MAX_ROWS = 8192  # feature vectors per sample and layer, at most
+ROW_BUDGET = 1 << 17  # feature vectors per layer over all the samples: fewer per sample as samples grow
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
@@ -31,6 +34,7 @@ class Layer:
     weight: str
     op: str  # the layout's operator: "Conv", "ConvTranspose", "MatMul", "Gemm.T"
     input: str  # the activation the layer reads
+    node: str = ""  # the layer's node name
     group: int = 1
     kernel: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
@@ -43,32 +47,45 @@ class Layer:
     magnitudes: np.ndarray | None = field(default=None, repr=False)  # [G, K]: sum of |x| (AWQ's statistic)
     rows: int = 0
 
+    limit: int = MAX_ROWS  # feature vectors per sample
+    wants_magnitudes: bool = False  # sum |x| too (AWQ)
+
     def features(self, x: np.ndarray, rng) -> np.ndarray:
         """[G, n, K] float32 feature vectors of one sample's input ``x``."""
         if self.op in ("MatMul", "Gemm.T"):
             x = np.asarray(x, np.float32)
             rows = (x.T if self.transpose_input else x).reshape(-1, x.shape[-1] if not self.transpose_input else x.shape[0])
-            return _subsample(rows, rng)[None]
+            return _subsample(rows, rng, self.limit)[None]
         x = np.asarray(x, np.float32)
         if self.op == "ConvTranspose":
             x, pads, strides = _upsampled(x, self), _transpose_pads(x, self), (1,) * len(self.kernel)
         else:
             pads, strides = _conv_pads(x, self), self.strides
-        return _patches(x, self.kernel, strides, self.dilations, pads, self.group, rng)
+        return _patches(x, self.kernel, strides, self.dilations, pads, self.group, rng, self.limit)
 
     def add(self, x: np.ndarray, rng) -> None:
         f = self.features(x, rng)
         h = np.matmul(f.transpose(0, 2, 1), f).astype(np.float64)  # a sample's sums in float32, then added in float64
         self.sums = h if self.sums is None else self.sums + h
-        m = np.abs(f).sum(axis=1)
-        self.magnitudes = m if self.magnitudes is None else self.magnitudes + m
+        if self.magnitudes is not None or self.wants_magnitudes:
+            ones = np.ones((f.shape[0], 1, f.shape[1]), np.float32)
+            m = np.matmul(ones, np.abs(f))[:, 0, :].astype(np.float64)  # Σ|x| per feature, through BLAS
+            self.magnitudes = m if self.magnitudes is None else self.magnitudes + m
         self.rows += f.shape[1]
 
 
-def _subsample(rows: np.ndarray, rng) -> np.ndarray:
-    if len(rows) <= MAX_ROWS:
+def divisor_shape(layer: Layer, channels: int, rank: int | None = None) -> tuple[int, ...]:
+    """The shape that divides the layer's input per input channel, by broadcasting: [C, 1, ...] for a
+    convolution's [N, C, ...] input of ``rank``, [K] for a MatMul's [..., K], [K, 1] for Gemm's transA."""
+    if layer.op in ("Conv", "ConvTranspose"):
+        return (channels,) + (1,) * len(layer.kernel)
+    return (channels, 1) if layer.transpose_input else (channels,)
+
+
+def _subsample(rows: np.ndarray, rng, limit: int) -> np.ndarray:
+    if len(rows) <= limit:
         return rows
-    return rows[np.sort(rng.choice(len(rows), MAX_ROWS, replace=False))]
+    return rows[np.sort(rng.choice(len(rows), limit, replace=False))]
 
 
 def _conv_pads(x, layer: Layer) -> tuple[int, ...]:
@@ -108,7 +125,7 @@ def _transpose_pads(x, layer: Layer) -> tuple[int, ...]:
     return tuple(begins + ends)
 
 
-def _patches(x: np.ndarray, kernel, strides, dilations, pads, group: int, rng) -> np.ndarray:
+def _patches(x: np.ndarray, kernel, strides, dilations, pads, group: int, rng, limit: int) -> np.ndarray:
     """im2col: [group, positions, prod(kernel) * C/group], kernel positions outer, channels inner."""
     n = len(kernel)
     batch, channels = x.shape[:2]
@@ -124,17 +141,17 @@ def _patches(x: np.ndarray, kernel, strides, dilations, pads, group: int, rng) -
                       + tuple(slice(None, None, d) for d in dilations)]
     out_shape = windows.shape[2:2 + n]
     positions = batch * math.prod(out_shape)
-    # [batch, C, out..., k...] -> [batch, out..., k..., C]: kernel positions outer, channels inner
-    moved = np.moveaxis(windows, 1, -1)
-    flat_positions = moved.reshape((positions,) + moved.shape[1 + n:]) if positions else moved.reshape((0,) + moved.shape[1 + n:])
-    if positions > MAX_ROWS:
-        flat_positions = flat_positions[np.sort(rng.choice(positions, MAX_ROWS, replace=False))]
+    if positions > limit:  # the chosen positions only, gathered from the strided view
+        chosen = np.sort(rng.choice(positions, limit, replace=False))
+        where = np.unravel_index(chosen, (batch,) + tuple(out_shape))
+        rows = windows[(where[0], slice(None)) + tuple(where[1:])]  # [n, C, k...]
     else:
-        flat_positions = np.ascontiguousarray(flat_positions)
+        rows = np.moveaxis(windows, 1, 1 + n).reshape((positions, channels) + tuple(kernel))
+    rows = np.moveaxis(rows, 1, -1)  # [n, k..., C]: kernel positions outer, channels inner
     per = channels // group
-    grouped = flat_positions.reshape(flat_positions.shape[:-1] + (group, per))
-    grouped = np.moveaxis(grouped, -2, 0)  # [group, positions, k..., C/group]
-    return grouped.reshape(group, grouped.shape[1], -1)
+    grouped = np.ascontiguousarray(rows).reshape(rows.shape[:-1] + (group, per))
+    grouped = np.moveaxis(grouped, -2, 0)  # [group, n, k..., C/group]
+    return np.ascontiguousarray(grouped).reshape(group, grouped.shape[1], -1)
 
 
 def _attribute(node, name: str, default):
@@ -165,33 +182,46 @@ def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
         if op == "ConvTranspose" and (_attribute(node, "output_shape", None) is not None
                                       or _attribute(node, "auto_pad", "NOTSET") not in ("NOTSET", "")):
             return "ConvTranspose with output_shape or auto_pad: its padding is not collected yet"
-        return Layer(weight, op, inputs[0], group=int(_attribute(node, "group", 1)), kernel=kernel,
+        return Layer(weight, op, inputs[0], node.name, group=int(_attribute(node, "group", 1)), kernel=kernel,
                      strides=tuple(_attribute(node, "strides", [1] * n)), dilations=tuple(_attribute(node, "dilations", [1] * n)),
                      pads=tuple(_attribute(node, "pads", [0] * (2 * n))), auto_pad=_attribute(node, "auto_pad", "NOTSET"),
                      output_padding=tuple(_attribute(node, "output_padding", [0] * n)))
     if len(inputs) < 2 or inputs[1] != weight or inputs[0] == weight or len(shape) != 2:
         return f"it is not the {op}'s second (2-D) input"
     if op == "MatMul":
-        return Layer(weight, "MatMul", inputs[0])
+        return Layer(weight, "MatMul", inputs[0], node.name)
     transposed = bool(_attribute(node, "transB", 0))
-    return Layer(weight, "Gemm.T" if transposed else "MatMul", inputs[0], transpose_input=bool(_attribute(node, "transA", 0)))
+    return Layer(weight, "Gemm.T" if transposed else "MatMul", inputs[0], node.name,
+                 transpose_input=bool(_attribute(node, "transA", 0)))
+
+
+class Collector:
+    """Feeds the layers' input tensors, as a run over the samples exposes them, into their Hessians: ``names``
+    to expose, and ``consume(values)`` for each segment's tensors. Each layer draws its positions from a
+    stream seeded by its weight's name, so the figures do not depend on which other layers are collected."""
+
+    def __init__(self, layers: list[Layer], samples: int, seed: int = 0):
+        self.names = list(dict.fromkeys(layer.input for layer in layers))
+        self.streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())]) for layer in layers}
+        self.by_input: dict[str, list[Layer]] = {}
+        limit = min(MAX_ROWS, max(512, ROW_BUDGET // max(1, samples)))
+        for layer in layers:
+            layer.limit = limit
+            self.by_input.setdefault(layer.input, []).append(layer)
+
+    def consume(self, values: dict) -> None:
+        for name, value in values.items():
+            for layer in self.by_input.get(name, ()):
+                layer.add(value, self.streams[id(layer)])
 
 
 def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0) -> None:
-    """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run over the samples. Layers that
-    read the same input share a run's tensor; each layer draws its positions from its own seeded stream,
-    so the figures do not depend on which other layers are collected."""
-    names = list(dict.fromkeys(layer.input for layer in layers))
-    run = Segments(model, names, first(data))
-    streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())]) for layer in layers}
-    by_input: dict[str, list[Layer]] = {}
-    for layer in layers:
-        by_input.setdefault(layer.input, []).append(layer)
+    """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run of the float model over the samples."""
+    collector = Collector(layers, data.samples, seed)
+    run = Segments(model, collector.names, first(data))
     for feeds in data:
         for values in run(feeds):
-            for name, value in values.items():
-                for layer in by_input.get(name, ()):
-                    layer.add(value, streams[id(layer)])
+            collector.consume(values)
             del values
         if progress is not None:
             progress(1)

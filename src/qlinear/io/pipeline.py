@@ -412,7 +412,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         conversion = _check_conversion(source, model, original, feeds, opset_before, needed, output.parent)
         choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
         chosen = [c for c in choices if c.quantized]
-    static_plan = None
+    static_plan = weight_plan = None
     if static is not None:
         folding = _fold(source, model, feeds, static.target == "onnxruntime")
         choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
@@ -420,8 +420,13 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         static_plan = static_quantization.plan(model, static, samples,
                                                {c.found.name for c in choices if not c.quantized})
         static_plan.folding = folding
+        if settings.rounding != "rtn":
+            weight_plan = weight_rounding.Rounding(model, choices, settings)
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
-            static_quantization.calibrate(static_plan, model.model, static, advance)
+            also = weight_plan.also(samples.samples) if weight_plan is not None else None
+            ran = static_quantization.calibrate(static_plan, model.model, static, advance, also)
+            if weight_plan is not None and not ran:
+                weight_plan.collector = None  # every activation cached (a --max-drop rerun): a run of their own
         static_plan.float_model = import_onnx().ModelProto()
         static_plan.float_model.CopyFrom(model.model)
     outcomes = {}
@@ -432,7 +437,10 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 raise UserError(f"{source}: --rounding {settings.rounding} of a model with external data is not "
                                 f"supported yet")
             rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
-        outcomes = weight_rounding.round_all(model, choices, settings, rounding_data, _progress)
+        if weight_plan is None:
+            weight_plan = weight_rounding.Rounding(model, choices, settings)
+        weight_plan.collect(model, rounding_data, _progress)
+        outcomes = weight_plan.round_all(model, _progress)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
@@ -789,6 +797,10 @@ def _rounded_constant(model, writer, choice: Choice, qtype, settings: Settings, 
         if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
             weight_scales[found.name] = np.asarray(rounded.scale, np.float32)
         row = report.quantized_row(choice, qtype, after, Quantized(rounded.scale, zero, outcome.stats), settings.plot)
+    if rounded.channel_scales is not None:  # AWQ: the layer's input divided by the scales the weight was multiplied by
+        layer = outcome.layer
+        scales = np.asarray(rounded.channel_scales, np.float32)
+        writer.divide_input(layer.node, scales.reshape(weight_rounding.hessians.divisor_shape(layer, scales.size)))
     return row | {"rounding": settings.rounding, "output_sqnr_db": outcome.output_db}
 
 

@@ -95,12 +95,13 @@ def plan(model, static: StaticSettings, data: CalibrationData, float_weights=())
     return Plan(placed, data)
 
 
-def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> None:
-    """Observe every planned activation over the calibration data; fill ``plan_.parameters``."""
+def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None, also=None) -> bool:
+    """Observe every planned activation over the calibration data; fill ``plan_.parameters``. ``also`` as
+    `activation_calibration.collect` takes it; returns whether the samples were run (not all cached)."""
     names = [a.name for a in plan_.activations if a.tie is None]
     missing = [name for name in names if name not in static.cache]
     if missing:
-        static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress))
+        static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress, also=also))
     observers = {name: static.cache[name] for name in names}
     qtype = static.qtype
     found = activation_calibration.ranges(observers, static.method)
@@ -117,6 +118,7 @@ def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None) -> 
         if activation.tie is not None:
             for key in ("parameters", "ranges", "observed"):
                 getattr(plan_, key)[activation.name] = getattr(plan_, key)[activation.tie]
+    return bool(missing)
 
 
 def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray]) -> list[dict]:

@@ -35,6 +35,7 @@ class Outcome:
     note: str = ""
     stats: Stats | None = None
     output_db: dict | None = None
+    layer: hessians.Layer | None = None
 
 
 def _node_by_name(model, name: str):
@@ -67,33 +68,50 @@ def codec_for(choice: Choice, settings: Settings) -> Codec:
     return Codec(settings.qtype, bool(choice.symmetric), found.dtype, scale_dtype, settings.mx, settings.scale_rule)
 
 
-def round_all(model, choices: list[Choice], settings: Settings, data, progress_factory) -> dict[str, Outcome]:
-    """Round every quantized weight of ``choices`` with ``settings.rounding``; ``data`` (a
-    `activation_calibration.CalibrationData`) for the methods that need it. ``progress_factory(total, what,
-    unit)`` gives a context manager around an ``advance(n)`` callable (`report.progress`)."""
-    method = settings.rounding
-    chosen = [c for c in choices if c.quantized]
-    layers, outcomes = {}, {}
-    for choice in chosen:
-        layer = _layer(model.model, choice) if method in rounding.NEEDS_DATA else None
-        if isinstance(layer, str):
-            outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
-        else:
-            layers[choice.found.name] = layer
-    if method in rounding.NEEDS_DATA:
-        collected = [layer for layer in layers.values() if layer is not None]
-        if collected:
-            with progress_factory(data.samples, f"collecting {len(collected)} layer Hessians on {data.samples} samples",
-                                  "samples") as advance:
-                hessians.collect(model.model, collected, data, advance)
-    total = sum(c.found.size for c in chosen if c.found.name in layers)
-    with progress_factory(total, f"rounding {len(layers)} weights ({method})", "weights") as advance:
-        for choice in chosen:
-            name = choice.found.name
-            if name not in layers:
-                continue
-            outcomes[name] = _round_one(model, choice, settings, layers[name], advance)
-    return outcomes
+class Rounding:
+    """The weights of one quantization and their layers: `prepare`, then the Hessians collected (by
+    `collect`, or in the run that calibrates the activations: `also`), then `round_all`."""
+
+    def __init__(self, model, choices: list[Choice], settings: Settings):
+        self.settings = settings
+        self.chosen = [c for c in choices if c.quantized]
+        self.layers, self.outcomes = {}, {}
+        method = settings.rounding
+        for choice in self.chosen:
+            layer = _layer(model.model, choice) if method in rounding.NEEDS_DATA else None
+            if isinstance(layer, str):
+                self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
+            else:
+                self.layers[choice.found.name] = layer
+        self.collected = [layer for layer in self.layers.values() if layer is not None]
+        for layer in self.collected:
+            layer.wants_magnitudes = method == "awq"
+        self.collector = None
+
+    def also(self, samples: int):
+        """(names, consume) for `activation_calibration.collect`: the Hessians from the same run."""
+        if not self.collected:
+            return None
+        self.collector = hessians.Collector(self.collected, samples)
+        return self.collector.names, self.collector.consume
+
+    def collect(self, model, data, progress_factory) -> None:
+        """The Hessians from a run of their own (where no calibration of activations ran over the samples)."""
+        if not self.collected or self.collector is not None:
+            return
+        with progress_factory(data.samples, f"collecting {len(self.collected)} layer Hessians on {data.samples} "
+                              f"samples", "samples") as advance:
+            hessians.collect(model.model, self.collected, data, advance)
+
+    def round_all(self, model, progress_factory) -> dict[str, Outcome]:
+        """Round every weight; the `Outcome` of each by name."""
+        total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
+        with progress_factory(total, f"rounding {len(self.layers)} weights ({self.settings.rounding})", "weights") as advance:
+            for choice in self.chosen:
+                name = choice.found.name
+                if name in self.layers:
+                    self.outcomes[name] = _round_one(model, choice, self.settings, self.layers[name], advance)
+        return self.outcomes
 
 
 def _round_one(model, choice: Choice, settings: Settings, layer, advance) -> Outcome:
@@ -117,7 +135,7 @@ def _round_one(model, choice: Choice, settings: Settings, layer, advance) -> Out
     restored = result.values if result.channel_scales is None else _unscaled(result, layer, x)
     _add_error(stats, x.astype(np.float64), restored.astype(np.float64))
     advance(found.size)
-    return Outcome(result, "", stats, output_db)
+    return Outcome(result, "", stats, output_db, layer)
 
 
 def _unscaled(result: rounding.Rounded, layer, x) -> np.ndarray:

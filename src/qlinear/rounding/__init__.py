@@ -77,8 +77,6 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
     elif method == "adaround":
         from .adaround import adaround
 
-        if groups.starts is not None:
-            params.choose_all(matrices)
         codes, values = adaround(matrices, hessian, groups, codec, params, rows, progress=progress)
     else:
         from .awq import awq
@@ -91,7 +89,7 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
             return made[-1]
         codes, values, channel_scales = awq(matrices, hessian, magnitudes, channels, groups, codec, make_params, rows,
                                             progress=progress)
-        params = _parameters_of(codes, groups, codec, made)
+        params = made[-1]  # the grid of the returned codes: the last one awq made
     scale, zero = params.stored(gran)
     # What the written DequantizeLinear computes, whatever arithmetic chose the codes.
     values = codec.values(codes, params.effective[groups.of], params.zeros[groups.of] if params.zeros is not None else None)

@@ -217,8 +217,10 @@ class Codec:
             s = np.asarray(effective)
             quotient = x.astype(s.dtype) / s if x.dtype != s.dtype else x / s
             q = np.clip(np.rint(quotient) + np.asarray(zero).astype(np.float64), self.qtype.qmin, self.qtype.qmax)
-            q = q.astype(np.int64).astype(self.qtype.dtype)
-            return q, self.values(q, effective, zero)
+            codes = q.astype(np.int64).astype(self.qtype.dtype)
+            # DequantizeLinear's arithmetic, (q - zero) * scale in the scale's type; `values` is the operator itself
+            value = ((q - np.asarray(zero).astype(np.float64)).astype(s.dtype) * s).astype(np.float64)
+            return codes, value
         x1 = x.reshape(-1, 1)
         s1 = np.asarray(effective, np.float32).reshape(-1, 1)
         if self.qtype.is_integer:  # MXINT8's codes under its folded scale, in the format's symmetric range

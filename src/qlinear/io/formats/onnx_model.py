@@ -412,6 +412,23 @@ class QdqWriter:
         self.dequantize_nodes += len(nodes)
         return sum(_stored_bytes(t) for t in new)
 
+    def divide_input(self, node_name: str, divisor: np.ndarray) -> None:
+        """AWQ: the first input of main-graph node ``node_name`` divided by ``divisor`` (float32, broadcast per
+        input channel) by a Div node just before it, so that the node computes with the scaled weight what it
+        computed with the original."""
+        from onnx import helper
+
+        graph = self.model.model.graph
+        position, node = next((i, n) for i, n in enumerate(graph.node) if n.name == node_name)
+        d_name = _unique(f"{node_name}_input_scale", self.taken)
+        y_name = _unique(f"{node.input[0]}_scaled", self.taken)
+        divisor = np.ascontiguousarray(divisor, np.float32)
+        graph.initializer.append(helper.make_tensor(d_name, dtypes.BY_DTYPE[divisor.dtype].tensorproto,
+                                                    list(divisor.shape), divisor.tobytes(), raw=True))
+        graph.node.insert(position, helper.make_node("Div", [node.input[0], d_name], [y_name],
+                                                     name=_unique(f"{node_name}_input_Div", self.taken)))
+        node.input[0] = y_name
+
     def _put(self, constant, new: list, nodes: list) -> None:
         """Replace ``constant`` where it is stored by the tensors ``new`` (initializers, or Constant nodes at
         the Constant node's place) and the ``nodes`` that compute it from them."""
