@@ -185,6 +185,9 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
                ("SQNR dB", "right"), ("max |err|", "right"), ("where", "left"), ("note", "left"))
     if not quantizing:  # dequantize: no granularity or error figures to show
         columns = tuple(c for c in columns if c[0] not in ("granularity", "SQNR dB", "max |err|"))
+    rounded = next((row["rounding"] for row in report["tensors"] if row.get("output_sqnr_db")), None)
+    if rounded:  # --rounding: each layer's output SQNR on the calibration samples, round-to-nearest's and the method's
+        columns = columns[:6] + ((f"layer out dB rtn / {rounded}", "right"),) + columns[6:]
     located = any(_place(row.get("location", "")) not in ("tensor file", "zarr array") for row in report["tensors"])
     if not located:  # tensor files: every tensor lives in the file
         columns = tuple(c for c in columns if c[0] != "where")
@@ -198,7 +201,12 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         shape = "x".join(map(str, row["shape"])) or "scalar"
         cells = [row["name"], shape, types]
         if quantizing:
-            cells += [row["granularity"] or "", sizes, _db(row["sqnr_db"]), _err(row["max_abs_error"])]
+            cells += [row["granularity"] or "", sizes, _db(row["sqnr_db"])]
+            if rounded:
+                layer = row.get("output_sqnr_db") or {}
+                cells.append(f"{_db(layer['rtn'])} / {_db(layer[rounded])}" if rounded in layer else
+                             ("rtn" if row.get("rounding") == "rtn" else ""))
+            cells.append(_err(row["max_abs_error"]))
         else:
             cells += [sizes]
         if located:
