@@ -84,13 +84,16 @@ def test_gptq_weights_only_beats_round_to_nearest_on_the_models_output(net, tmp_
     assert errors["gptq"] < 0.8 * errors["rtn"], errors
 
 
-def test_the_default_rounding_is_gptq_below_8_bits_given_samples_and_rtn_otherwise(net, tmp_path, capsys):
+def test_the_default_rounding_is_gptq_given_samples_hqq_without_below_8_bits_and_rtn_otherwise(net, tmp_path, capsys):
     model, data, _ = net
     code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "a.onnx", "--calibrate", data,
                                   "--activations", "float")
     assert code == 0, err
     assert {r.get("rounding") for r in report["tensors"] if r["quantized"]} == {"gptq"}
     code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "b.onnx")
+    assert code == 0, err
+    assert {r.get("rounding") for r in report["tensors"] if r["quantized"]} == {"hqq"}
+    code, report, err = _quantize(capsys, model, "--dtype", "mxfp4", "-o", tmp_path / "d.onnx")
     assert code == 0, err
     assert all("rounding" not in r for r in report["tensors"])
     code, report, err = _quantize(capsys, model, "--dtype", "int8", "-o", tmp_path / "c.onnx", "--calibrate", data,

@@ -71,6 +71,13 @@ def _mx_settings(args, fmt) -> Settings:
     return _with_rounding(args, settings)
 
 
+def format_of_input(args) -> str | None:
+    try:
+        return format_of(Path(args.input))
+    except (UserError, AttributeError, TypeError):
+        return None
+
+
 DEFAULT_ROUNDING_BITS = 6  # types of this many bits and fewer (and the MX formats) get gptq given samples
 
 
@@ -81,8 +88,13 @@ def _with_rounding(args, settings: Settings) -> Settings:
     method = getattr(args, "rounding", None)
     calibrate = tuple(Path(p) for p in getattr(args, "calibrate", None) or ())
     low_bit = settings.mx is not None or settings.qtype.bits <= DEFAULT_ROUNDING_BITS
-    if method is None:
-        method = "gptq" if calibrate and low_bit else "rtn"
+    if method is None:  # measured on the corpus (benchmarks/rounding.py): gptq with samples, hqq without
+        if not low_bit or format_of_input(args) != "onnx":
+            method = "rtn"
+        elif calibrate:
+            method = "gptq"
+        else:
+            method = "hqq" if settings.mx is None and settings.qtype.is_integer else "rtn"
     if method == "hqq" and (settings.mx is not None or not settings.qtype.is_integer):
         raise UserError(f"--rounding hqq solves for an integer zero point; --dtype {settings.dtype_name} has none "
                         f"(use gptq, awq or rtn)")
