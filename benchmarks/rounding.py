@@ -51,14 +51,17 @@ def cpu() -> str:
     return platform.processor()
 
 
-def run(name: str, dtype: str, method: str, data: Path, folder: Path, timeout: float) -> dict:
+def run(name: str, dtype: str, method: str, data: Path, folder: Path, timeout: float, static: bool = False) -> dict:
     output = folder / f"{name}.{dtype}.{method}.onnx"
     command = [sys.executable, "-m", "qlinear", "quantize", str(path(name)), "--dtype", dtype, "-o", str(output),
                "--force", "--json", "--no-eval", "--rounding", method]
-    if method not in ("rtn", "hqq"):
+    if static:  # the activations quantized too (uint8, the defaults), the Hessians from the same run
+        command += ["--calibrate", str(data), "--no-latency", "--report-samples", "0"]
+    elif method not in ("rtn", "hqq"):
         command += ["--calibrate", str(data), "--activations", "float"]
     result = measured(command, folder / f"{name}.{dtype}.{method}.log", 8 << 30, timeout)
-    row = {"model": name, "dtype": dtype, "method": method, "wall_s": result.get("wall_s"),
+    row = {"model": name, "dtype": dtype, "method": method + (" + uint8 activations" if static else ""),
+           "wall_s": result.get("wall_s"),
            "peak_mib": result.get("peak_bytes", 0) / 2**20, "exit": result["exit"]}
     if result["exit"] != 0:
         row["error"] = Path(result["stderr"]).read_text(errors="replace").strip().splitlines()[-1:]
@@ -101,6 +104,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["rtn", "hqq", "gptq"])
     parser.add_argument("--samples", type=int, default=100, help="calibration samples (detector: pages)")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--static", action="store_true",
+                        help="quantize the activations too (uint8, the static defaults) instead of --activations float")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     rows = []
@@ -110,10 +115,11 @@ def main() -> None:
             data = calibration_data(folder, name, args.samples)
             for dtype in args.dtypes:
                 for method in args.methods:
-                    row = run(name, dtype, method, data, folder, args.timeout)
+                    row = run(name, dtype, method, data, folder, args.timeout, args.static)
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    print(f"\nCPU: {cpu()}; {args.samples} calibration samples (seed 7), weights only\n")
+    what = "activations uint8 (static defaults)" if args.static else "weights only"
+    print(f"\nCPU: {cpu()}; {args.samples} calibration samples (seed 7), {what}\n")
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpu(), "rows": rows}, indent=1))

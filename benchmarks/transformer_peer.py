@@ -195,8 +195,9 @@ def quantize_qlinear(source: Path, method: str, calibration: Path, folder: Path)
     import subprocess
 
     output = folder / f"qlinear.{method}.onnx"
+    # the MatMul weights only, as onnxruntime's quantizer: qlinear's defaults would take the embedding tables too
     command = [sys.executable, "-m", "qlinear", "quantize", str(source), "--dtype", "int4", "--block-size", str(BLOCK),
-               "-o", str(output), "--force", "--no-eval", "--rounding", method]
+               "-o", str(output), "--force", "--no-eval", "--rounding", method, "--exclude", "*embeddings*"]
     if method not in ("rtn", "hqq"):
         command += ["--calibrate", str(calibration), "--activations", "float"]
     start = time.perf_counter()

@@ -22,6 +22,8 @@ import numpy as np
 from .activation_calibration import CalibrationData, Segments, first
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
+FLUSH_ROWS = 2048  # feature vectors multiplied out at once (samples of 16 tokens: 128 of them),
+FLUSH_BYTES = 8 << 20  # or fewer, when they hold this much
 ROWS_PER_FEATURE = 8  # feature vectors per layer over all the samples: this many per input feature,
 ROW_RANGE = (1 << 12, 1 << 17)  # within these bounds, fewer per sample as samples grow
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -51,6 +53,14 @@ class Layer:
 
     limit: int = MAX_ROWS  # feature vectors per sample
     wants_magnitudes: bool = False  # sum |x| too (AWQ)
+    pending: list = field(default_factory=list, repr=False)  # feature blocks not yet multiplied out
+    pending_rows: int = 0
+
+    def signature(self) -> tuple:
+        """What the feature vectors depend on: layers that agree on it (q, k and v reading one input) share them."""
+        rows = self.op in ("MatMul", "Gemm.T")
+        return (self.input, "rows" if rows else self.op, self.group, self.kernel, self.strides, self.dilations,
+                self.pads, self.auto_pad, self.output_padding, self.transpose_input, self.features_count)
 
     def features(self, x: np.ndarray, rng) -> np.ndarray:
         """[G, n, K] float32 feature vectors of one sample's input ``x``."""
@@ -66,8 +76,20 @@ class Layer:
         return _patches(x, self.kernel, strides, self.dilations, pads, self.group, rng, self.limit)
 
     def add(self, x: np.ndarray, rng) -> None:
+        """One sample's input: its feature vectors wait until `FLUSH_ROWS` of them (or `FLUSH_BYTES`) have come,
+        then are multiplied out together (float32 products, added in float64)."""
         f = self.features(x, rng)
-        h = np.matmul(f.transpose(0, 2, 1), f).astype(np.float64)  # a sample's sums in float32, then added in float64
+        self.pending.append(f)
+        self.pending_rows += f.shape[1]
+        if self.pending_rows >= FLUSH_ROWS or self.pending_rows * f.shape[0] * f.shape[2] * 4 >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        f = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending, axis=1)
+        self.pending, self.pending_rows = [], 0
+        h = np.matmul(f.transpose(0, 2, 1), f).astype(np.float64)
         self.sums = h if self.sums is None else self.sums + h
         if self.magnitudes is not None or self.wants_magnitudes:
             ones = np.ones((f.shape[0], 1, f.shape[1]), np.float32)
@@ -201,14 +223,22 @@ def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
 
 class Collector:
     """Feeds the layers' input tensors, as a run over the samples exposes them, into their Hessians: ``names``
-    to expose, and ``consume(values)`` for each segment's tensors. Each layer draws its positions from a
-    stream seeded by its weight's name, so the figures do not depend on which other layers are collected."""
+    to expose, ``consume(values)`` for each segment's tensors, ``finish()`` after the last sample. Layers whose
+    features are the same (`Layer.signature`) share one sum. Each sum draws its positions from a stream seeded
+    by its first weight's name, so the figures do not depend on which other layers are collected."""
 
     def __init__(self, layers: list[Layer], samples: int, seed: int = 0):
         self.names = list(dict.fromkeys(layer.input for layer in layers))
-        self.streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())]) for layer in layers}
+        self.shared: dict[tuple, list[Layer]] = {}
+        for layer in sorted(layers, key=lambda item: item.weight):
+            self.shared.setdefault(layer.signature(), []).append(layer)
+        self.leaders = [group[0] for group in self.shared.values()]
+        for leader in self.leaders:
+            leader.wants_magnitudes = any(layer.wants_magnitudes for layer in self.shared[leader.signature()])
+        self.streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())])
+                        for layer in self.leaders}
         self.by_input: dict[str, list[Layer]] = {}
-        for layer in layers:
+        for layer in self.leaders:
             total = min(ROW_RANGE[1], max(ROW_RANGE[0], ROWS_PER_FEATURE * layer.features_count))
             layer.limit = min(MAX_ROWS, -(-total // max(1, samples)))
             self.by_input.setdefault(layer.input, []).append(layer)
@@ -217,6 +247,13 @@ class Collector:
         for name, value in values.items():
             for layer in self.by_input.get(name, ()):
                 layer.add(value, self.streams[id(layer)])
+
+    def finish(self) -> None:
+        for group in self.shared.values():
+            leader = group[0]
+            leader.flush()
+            for layer in group[1:]:
+                layer.sums, layer.magnitudes, layer.rows = leader.sums, leader.magnitudes, leader.rows
 
 
 def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0) -> None:
@@ -229,3 +266,4 @@ def collect(model, layers: list[Layer], data: CalibrationData, progress=None, se
             del values
         if progress is not None:
             progress(1)
+    collector.finish()

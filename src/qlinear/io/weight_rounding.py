@@ -87,6 +87,7 @@ class Rounding:
         for layer in self.collected:
             layer.wants_magnitudes = method == "awq"
         self.collector = None
+        self.factors: dict = {}  # GPTQ's Hessian factors, shared by the weights that read one input
 
     def also(self, samples: int):
         """(names, consume) for `activation_calibration.collect`: the Hessians from the same run."""
@@ -105,16 +106,19 @@ class Rounding:
 
     def round_all(self, model, progress_factory) -> dict[str, Outcome]:
         """Round every weight; the `Outcome` of each by name."""
+        if self.collector is not None:  # the Hessians came from the run that calibrated the activations
+            self.collector.finish()
         total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
         with progress_factory(total, f"rounding {len(self.layers)} weights ({self.settings.rounding})", "weights") as advance:
             for choice in self.chosen:
                 name = choice.found.name
                 if name in self.layers:
-                    self.outcomes[name] = _round_one(model, choice, self.settings, self.layers[name], advance)
+                    self.outcomes[name] = _round_one(model, choice, self.settings, self.layers[name], advance,
+                                                     self.factors)
         return self.outcomes
 
 
-def _round_one(model, choice: Choice, settings: Settings, layer, advance) -> Outcome:
+def _round_one(model, choice: Choice, settings: Settings, layer, advance, factors: dict | None = None) -> Outcome:
     found = choice.found
     x = np.asarray(model.array(found))
     codec = codec_for(choice, settings)
@@ -127,7 +131,7 @@ def _round_one(model, choice: Choice, settings: Settings, layer, advance) -> Out
             if layer.rows == 0:
                 return Outcome(None, "rounded to nearest: the calibration samples never reached its layer")
             result = rounding.round_weight(x, choice.granularity, codec, method, layer.op, layer.group, layer.sums,
-                                           layer.magnitudes, layer.rows)
+                                           layer.magnitudes, layer.rows, factors=factors)
             output_db = _output_db(x, result, choice, settings, layer)
     except ValueError as error:
         raise UserError(f"--rounding {method}: {found.name!r}: {error}") from None

@@ -43,10 +43,11 @@ class Rounded:
 
 def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: str, op: str | None = None,
                  group: int = 1, hessian: np.ndarray | None = None, magnitudes: np.ndarray | None = None,
-                 rows: int = 0, progress=None) -> Rounded:
+                 rows: int = 0, progress=None, factors: dict | None = None) -> Rounded:
     """Round ``tensor`` with ``method`` onto ``codec``'s grid at granularity ``gran``. The data-driven methods
     need the layer: ``op`` and ``group`` as `Layout.of` takes them, the ``hessian`` [G, K, K] of its input
-    features over ``rows`` feature vectors and (AWQ) their summed ``magnitudes`` [G, K]."""
+    features over ``rows`` feature vectors and (AWQ) their summed ``magnitudes`` [G, K]. ``factors``: GPTQ's
+    Hessian factors kept for the next weight of the same Hessian (`gptq.gptq`)."""
     if method not in METHODS:
         raise ValueError(f"round_weight: method must be one of {', '.join(METHODS)}, got {method!r}")
     x = np.asarray(tensor)
@@ -57,7 +58,7 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
         layout = Layout.of(op, x.shape, group)
     else:
         layout = _plain_layout(x.shape)
-    groups = Groups.of_granularity(layout, gran)
+    groups = Groups.of_granularity(layout, gran, runs=method in NEEDS_DATA)
     matrices = layout.view(x).astype(np.float64)
     params = Parameters(groups, codec)
     channel_scales = None
@@ -73,7 +74,7 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
     elif method == "gptq":
         from .gptq import gptq
 
-        codes, values = gptq(matrices, hessian, groups, codec, params, progress=progress)
+        codes, values = gptq(matrices, hessian, groups, codec, params, progress=progress, factors=factors)
     elif method == "adaround":
         from .adaround import adaround
 

@@ -107,7 +107,9 @@ class Groups:
     starts: tuple[tuple[int, ...], ...] | None  # per matrix, the first column of each run; None: chosen once
 
     @classmethod
-    def of_granularity(cls, layout: Layout, gran: Granularity) -> "Groups":
+    def of_granularity(cls, layout: Layout, gran: Granularity, runs: bool = True) -> "Groups":
+        """``runs``: find the runs of blocks along the columns (what GPTQ chooses blocks by); without it the
+        parameters are chosen once."""
         shape = layout.shape
         count = math.prod(gran.param_shape)
         if gran.kind == "tensor":
@@ -121,7 +123,7 @@ class Groups:
                 if gran.kind == "block" else np.broadcast_to(coords[gran.axis], shape)
             flat = np.asarray(flat, np.int64)
         of = layout.view(flat)
-        return cls(of, count, _runs(of) if gran.kind == "block" else None)
+        return cls(of, count, _runs(of) if gran.kind == "block" and runs else None)
 
 
 def _runs(of: np.ndarray):

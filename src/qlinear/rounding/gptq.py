@@ -37,29 +37,21 @@ def inverse_cholesky(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
     for attempt in range(6):
         dampened = h + np.eye(len(h)) * (damp * 10.0 ** attempt) * mean
         try:
-            lower = np.linalg.cholesky(dampened)
-            inverse = _inverse_from_cholesky(lower)
-            return np.linalg.cholesky(inverse).T
+            inverse = np.linalg.inv(dampened)  # a Hessian that is not positive definite fails the factor below
+            return np.linalg.cholesky((inverse + inverse.T) / 2.0).T
         except np.linalg.LinAlgError:
             continue
     raise np.linalg.LinAlgError("gptq: the Hessian is not positive definite even with 10^5 times the damping")
 
 
-def _inverse_from_cholesky(lower: np.ndarray) -> np.ndarray:
-    """(L Lᵀ)⁻¹ from L, symmetric by construction."""
-    identity = np.eye(len(lower))
-    inv_lower = np.linalg.solve(lower, identity)  # triangular, solved as general: small matrices
-    inverse = inv_lower.T @ inv_lower
-    return (inverse + inverse.T) / 2.0
-
-
 def gptq(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Codec, params: Parameters,
-         damp: float = DAMP, batch: int = BATCH, act_order: bool = False, progress=None):
+         damp: float = DAMP, batch: int = BATCH, act_order: bool = False, progress=None, factors: dict | None = None):
     """Round ``matrices`` [G, R, K] (float64) given ``hessians`` [G, K, K]; returns (codes [G, R, K],
     values [G, R, K] float64). ``params`` holds the groups' parameters: chosen already, or (blocks
     along the columns, without ``act_order``) chosen here as the rounding reaches each block.
     ``act_order``: the columns in order of decreasing Hessian diagonal (the inputs that carry most first,
-    the paper's code's ``act_order``); the parameters must be chosen already."""
+    the paper's code's ``act_order``); the parameters must be chosen already. ``factors``: a dict that keeps
+    each Hessian's factor for the next weight read by the same input (q, k and v), while the caller holds them."""
     count, rows, columns = matrices.shape
     codes = None
     values = np.empty((count, rows, columns), np.float64)
@@ -68,7 +60,12 @@ def gptq(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Code
     for g in range(count):
         order = np.argsort(-np.diag(hessians[g]), kind="stable") if act_order else np.arange(columns)
         w = np.array(matrices[g][:, order], np.float64)
-        u = inverse_cholesky(hessians[g][np.ix_(order, order)], damp)
+        key = (id(hessians), g, damp, act_order)
+        u = factors.get(key) if factors is not None else None
+        if u is None:
+            u = inverse_cholesky(hessians[g][np.ix_(order, order)], damp)
+            if factors is not None:
+                factors[key] = u
         starts = groups.starts[g] if groups.starts is not None and not act_order else None
         for first, last in _batches(columns, starts, batch):
             block = w[:, first:last].copy()
