@@ -23,7 +23,7 @@ from .activation_calibration import CalibrationData, Segments, first
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
 FLUSH_ROWS = 2048  # feature vectors multiplied out at once (samples of 16 tokens: 128 of them),
-FLUSH_BYTES = 8 << 20  # or fewer, when they hold this much
+FLUSH_BYTES = 2 << 20  # or fewer, when they hold this much (every layer holds its own: 64 layers, 128 MB)
 ROWS_PER_FEATURE = 8  # feature vectors per layer over all the samples: this many per input feature,
 ROW_RANGE = (1 << 12, 1 << 17)  # within these bounds, fewer per sample as samples grow
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
