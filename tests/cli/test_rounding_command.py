@@ -209,3 +209,40 @@ def test_rounding_a_tensor_file_is_refused(tmp_path, capsys):
     code = main(["quantize", str(source), "--dtype", "int4", "--rounding", "hqq"])
     err = capsys.readouterr().err
     assert code == 2 and "ONNX models" in err
+
+
+def test_gptq_rounds_lstm_weights_against_their_inputs_and_states(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    hidden, size = 32, 48
+    w = numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, size)) * 0.3).astype(np.float32), "W")
+    r = numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R")
+    nodes = [helper.make_node("Transpose", ["x"], ["sequence"], perm=[1, 0, 2]),  # batch first, as PyTorch exports
+             helper.make_node("LSTM", ["sequence", "W", "R"], ["y"], name="lstm", hidden_size=hidden,
+                              direction="bidirectional")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, r])
+    model = tmp_path / "lstm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = tmp_path / "d.npz"
+    mixing = rng.standard_normal((size, size))
+    np.savez(data, x=np.einsum("ntk,kl->ntl", rng.standard_normal((32, 6, size)), mixing).astype(np.float32))
+    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "o.onnx", "--calibrate", data,
+                                  "--activations", "float")
+    assert code == 0, err
+    assert report["model"]["checker"] == "passed"
+    for row in (r for r in report["tensors"] if r["quantized"]):
+        assert row["rounding"] == "gptq"
+        # W reads the correlated sequence; R the hidden states of a random LSTM, nearly uncorrelated
+        margin = 1.0 if row["name"] == "W" else 0.0
+        assert row["output_sqnr_db"]["gptq"] > row["output_sqnr_db"]["rtn"] + margin, row
+
+
+def test_samples_the_model_cannot_run_are_one_line_and_exit_2(net, tmp_path, capsys):
+    model, _, _ = net
+    data = tmp_path / "wrong.npz"
+    np.savez(data, x=np.zeros((4, 3, 5, 5), np.float32))  # 3 channels where the model takes 8
+    code = main(["quantize", str(model), "--dtype", "int4", "-o", str(tmp_path / "o.onnx"), "--calibrate", str(data),
+                 "--activations", "float"])
+    err = capsys.readouterr().err
+    assert code == 2 and "does not run on sample 0" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o.onnx").exists()

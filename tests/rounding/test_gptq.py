@@ -256,3 +256,53 @@ def test_subsampled_features_are_positions_of_the_layer(op, wshape, xshape, attr
     expected = (np.moveaxis(y, 1, 0).reshape(y.shape[1], -1) if op.startswith("Conv") else y.reshape(-1, y.shape[-1]).T)
     for column in out.T:
         assert np.abs(expected - column[:, None]).max(axis=0).min() < 1e-4
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+@pytest.mark.parametrize("direction,initial", [("forward", False), ("bidirectional", True), ("reverse", True)])
+def test_recurrent_features_are_the_inputs_and_states_the_lstm_multiplies(direction, initial):
+    """An LSTM rebuilt from the collected features (W's: the sequence; R's: the previous hidden states) gives
+    onnxruntime's own Y, step by step."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear.io import hessians
+
+    rng = np.random.default_rng(SEED + 8)
+    steps, batch, size, hidden = 5, 2, 3, 4
+    dirs = 2 if direction == "bidirectional" else 1
+    w = (rng.standard_normal((dirs, 4 * hidden, size)) * 0.5).astype(np.float32)
+    r = (rng.standard_normal((dirs, 4 * hidden, hidden)) * 0.5).astype(np.float32)
+    x = rng.standard_normal((steps, batch, size)).astype(np.float32)
+    h0 = rng.standard_normal((dirs, batch, hidden)).astype(np.float32)
+    inputs = ["x", "W", "R", "", "", "h0"] if initial else ["x", "W", "R"]
+    node = helper.make_node("LSTM", inputs, ["y"], name="lstm", hidden_size=hidden, direction=direction)
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
+    feeds = {"x": x}
+    if initial:
+        graph_inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, h0.shape))
+        feeds["h0"] = h0
+    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(r, "R")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    w_layer, r_layer = hessians.layer_of(node, "W", w.shape), hessians.layer_of(node, "R", r.shape)
+    w_layer.limit = r_layer.limit = 10**9
+    xs = w_layer.features(x, np.random.default_rng(0))[0]  # [steps * batch, size]
+    hs = r_layer.features(y, np.random.default_rng(0), h0 if initial else None)  # [dirs, steps * batch, hidden]
+    for d in range(dirs):
+        backward = direction == "reverse" or d == 1
+        c = np.zeros((batch, hidden))
+        order = range(steps - 1, -1, -1) if backward else range(steps)
+        for t in order:
+            # R's rows: the initial state, then Y one step back in the direction's order (Y[0..T-2] forward,
+            # Y[1..T-1] backward), a batch of rows per step
+            first = t == (steps - 1 if backward else 0)
+            step = 0 if first else (t + 1 if backward else t)
+            h_prev = hs[d][step * batch:(step + 1) * batch]
+            gates = xs[t * batch:(t + 1) * batch] @ w[d].T + h_prev @ r[d].T  # i, o, f, c (ONNX's order)
+            i, o, f, g = np.split(gates, 4, axis=1)
+            c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+            np.testing.assert_allclose(_sigmoid(o) * np.tanh(c), y[t, d], rtol=1e-4, atol=1e-5)

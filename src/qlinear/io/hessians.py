@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .activation_calibration import CalibrationData, Segments, first
+from .errors import UserError
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
 FLUSH_ROWS = 2048  # feature vectors multiplied out at once (samples of 16 tokens: 128 of them),
 FLUSH_BYTES = 2 << 20  # or fewer, when they hold this much (every layer holds its own: 64 layers, 128 MB)
 ROWS_PER_FEATURE = 8  # feature vectors per layer over all the samples: this many per input feature,
 ROW_RANGE = (1 << 12, 1 << 17)  # within these bounds, fewer per sample as samples grow
-OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
+RECURRENT = ("LSTM", "GRU", "RNN")
 
 
 @dataclass
@@ -55,15 +57,29 @@ class Layer:
     wants_magnitudes: bool = False  # sum |x| too (AWQ)
     pending: list = field(default_factory=list, repr=False)  # feature blocks not yet multiplied out
     pending_rows: int = 0
+    # Recurrent layers: W reads the sequence (``input``), R the previous hidden state: the output Y shifted
+    # by one step per direction (``input`` is then Y) and the initial state (``state``, "" for zeros).
+    recurrent: str = ""  # "", "W" or "R"
+    directions: int = 1
+    reverse: bool = False  # one direction, and it is "reverse"
+    batch_major: bool = False  # layout = 1: [batch, seq, ...]
+    state: str = ""
 
     def signature(self) -> tuple:
         """What the feature vectors depend on: layers that agree on it (q, k and v reading one input) share them."""
         rows = self.op in ("MatMul", "Gemm.T")
         return (self.input, "rows" if rows else self.op, self.group, self.kernel, self.strides, self.dilations,
-                self.pads, self.auto_pad, self.output_padding, self.transpose_input, self.features_count)
+                self.pads, self.auto_pad, self.output_padding, self.transpose_input, self.features_count,
+                self.recurrent, self.state, self.reverse, self.batch_major, self.node if self.recurrent else "")
 
-    def features(self, x: np.ndarray, rng) -> np.ndarray:
-        """[G, n, K] float32 feature vectors of one sample's input ``x``."""
+    def features(self, x: np.ndarray, rng, state: np.ndarray | None = None) -> np.ndarray:
+        """[G, n, K] float32 feature vectors of one sample's input ``x`` (a recurrent R: Y, and the initial
+        ``state``)."""
+        if self.recurrent == "W":  # the same rows for every direction: one sum, repeated by `finish`
+            x = np.asarray(x, np.float32)
+            return _subsample(x.reshape(-1, x.shape[-1]), rng, self.limit)[None]
+        if self.recurrent == "R":
+            return self._previous_states(np.asarray(x, np.float32), state, rng)
         if self.op in ("MatMul", "Gemm.T"):
             x = np.asarray(x, np.float32)
             rows = (x.T if self.transpose_input else x).reshape(-1, x.shape[-1] if not self.transpose_input else x.shape[0])
@@ -75,10 +91,27 @@ class Layer:
             pads, strides = _conv_pads(x, self), self.strides
         return _patches(x, self.kernel, strides, self.dilations, pads, self.group, rng, self.limit)
 
-    def add(self, x: np.ndarray, rng) -> None:
+    def _previous_states(self, y: np.ndarray, state, rng) -> np.ndarray:
+        """The hidden states R multiplies, per direction: [h0, Y[0..T-2]] forward, [h0, Y[1..T-1]] reverse."""
+        if self.batch_major:  # [B, T, D, H] -> [T, D, B, H]
+            y = np.transpose(y, (1, 2, 0, 3))
+            state = None if state is None else np.transpose(np.asarray(state, np.float32), (1, 0, 2))
+        steps, directions, batch, hidden = y.shape
+        blocks = []
+        for d in range(directions):
+            backward = self.reverse or d == 1
+            previous = y[1:, d] if backward else y[:-1, d]
+            rows = previous.reshape(-1, hidden)
+            first = np.zeros((batch, hidden), np.float32) if state is None else np.asarray(state, np.float32)[d]
+            blocks.append(np.concatenate([first, rows]))
+        count = min(len(b) for b in blocks)
+        chosen = np.sort(rng.choice(count, self.limit, replace=False)) if count > self.limit else slice(None)
+        return np.stack([b[:count][chosen] for b in blocks])
+
+    def add(self, x: np.ndarray, rng, state: np.ndarray | None = None) -> None:
         """One sample's input: its feature vectors wait until `FLUSH_ROWS` of them (or `FLUSH_BYTES`) have come,
         then are multiplied out together (float32 products, added in float64)."""
-        f = self.features(x, rng)
+        f = self.features(x, rng, state)
         self.pending.append(f)
         self.pending_rows += f.shape[1]
         if self.pending_rows >= FLUSH_ROWS or self.pending_rows * f.shape[0] * f.shape[2] * 4 >= FLUSH_BYTES:
@@ -195,6 +228,8 @@ def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
     if op not in OPS:
         return f"its {op} reads no input features that a Hessian is collected for"
     inputs = list(node.input)
+    if op in RECURRENT:
+        return _recurrent_layer(node, weight, shape)
     if op in ("Conv", "ConvTranspose"):
         if len(inputs) < 2 or inputs[1] != weight:
             return f"it is not the {op}'s weight"
@@ -228,7 +263,8 @@ class Collector:
     by its first weight's name, so the figures do not depend on which other layers are collected."""
 
     def __init__(self, layers: list[Layer], samples: int, seed: int = 0):
-        self.names = list(dict.fromkeys(layer.input for layer in layers))
+        self.names = list(dict.fromkeys([layer.input for layer in layers] + [l.state for l in layers if l.state]))
+        self.held: dict[str, np.ndarray] = {}  # the recurrent layers' initial states, until their Y comes
         self.shared: dict[tuple, list[Layer]] = {}
         for layer in sorted(layers, key=lambda item: item.weight):
             self.shared.setdefault(layer.signature(), []).append(layer)
@@ -237,6 +273,7 @@ class Collector:
             leader.wants_magnitudes = any(layer.wants_magnitudes for layer in self.shared[leader.signature()])
         self.streams = {id(layer): np.random.default_rng([seed, zlib.crc32(layer.weight.encode())])
                         for layer in self.leaders}
+        self.states = {layer.state for layer in self.leaders if layer.state}
         self.by_input: dict[str, list[Layer]] = {}
         for layer in self.leaders:
             total = min(ROW_RANGE[1], max(ROW_RANGE[0], ROWS_PER_FEATURE * layer.features_count))
@@ -245,25 +282,56 @@ class Collector:
 
     def consume(self, values: dict) -> None:
         for name, value in values.items():
+            if name in self.states:
+                self.held[name] = value
             for layer in self.by_input.get(name, ()):
-                layer.add(value, self.streams[id(layer)])
+                layer.add(value, self.streams[id(layer)], self.held.get(layer.state) if layer.state else None)
 
     def finish(self) -> None:
         for group in self.shared.values():
             leader = group[0]
             leader.flush()
+            if leader.recurrent == "W" and leader.sums is not None and leader.directions > 1:
+                leader.sums = np.repeat(leader.sums, leader.directions, axis=0)  # every direction reads the sequence
+                if leader.magnitudes is not None:
+                    leader.magnitudes = np.repeat(leader.magnitudes, leader.directions, axis=0)
             for layer in group[1:]:
                 layer.sums, layer.magnitudes, layer.rows = leader.sums, leader.magnitudes, leader.rows
+
+
+def _recurrent_layer(node, weight: str, shape) -> Layer | str:
+    """LSTM, GRU, RNN: W [D, gates*H, I] reads the sequence; R [D, gates*H, H] the previous hidden state, the
+    output Y one step back (so Y must be an output of the node). GRU's R_h multiplies r * h (linear_before_reset
+    0) or h (1): the Hessian of h stands for both (exact for the z and r gates)."""
+    inputs, outputs = list(node.input), list(node.output)
+    direction = _attribute(node, "direction", "forward")
+    common = {"directions": 2 if direction == "bidirectional" else 1, "reverse": direction == "reverse",
+              "batch_major": bool(_attribute(node, "layout", 0)), "group": shape[0]}
+    if len(inputs) > 4 and inputs[4]:
+        return "its sequence_lens may end sequences early (the states past the end are not the ones R reads)"
+    if len(inputs) > 1 and inputs[1] == weight:
+        return Layer(weight, node.op_type, shape[2], inputs[0], node.name, recurrent="W", **common)
+    if len(inputs) > 2 and inputs[2] == weight:
+        if not outputs or not outputs[0]:
+            return f"its {node.op_type} does not output Y, the hidden states R reads"
+        state = inputs[5] if len(inputs) > 5 else ""
+        return Layer(weight, node.op_type, shape[2], outputs[0], node.name, recurrent="R", state=state, **common)
+    return f"it is not the {node.op_type}'s W or R"
 
 
 def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0) -> None:
     """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run of the float model over the samples."""
     collector = Collector(layers, data.samples, seed)
     run = Segments(model, collector.names, first(data))
-    for feeds in data:
-        for values in run(feeds):
-            collector.consume(values)
-            del values
+    for index, feeds in enumerate(data):
+        try:
+            for values in run(feeds):
+                collector.consume(values)
+                del values
+        except Exception as error:  # noqa: BLE001 (onnxruntime's several error types: one line for the user)
+            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(f"--calibrate: the float model does not run on sample {index} ({text[:300]}); each "
+                            f"sample is fed as a batch of one, the arrays' first axis counting the samples") from None
         if progress is not None:
             progress(1)
     collector.finish()

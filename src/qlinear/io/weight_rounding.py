@@ -59,7 +59,12 @@ def _layer(model, choice: Choice):
     node = _node_by_name(model, use.node)
     if node is None:
         return "its node has no name to find it by"
-    return hessians.layer_of(node, found.name, found.shape)
+    layer = hessians.layer_of(node, found.name, found.shape)
+    constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                             for o in n.output}
+    if not isinstance(layer, str) and layer.state and layer.state in constants:
+        return f"the {node.op_type}'s initial state is a constant (only computed states are collected)"
+    return layer
 
 
 def codec_for(choice: Choice, settings: Settings) -> Codec:
@@ -79,6 +84,8 @@ class Rounding:
         method = settings.rounding
         for choice in self.chosen:
             layer = _layer(model.model, choice) if method in rounding.NEEDS_DATA else None
+            if not isinstance(layer, str) and layer is not None and layer.recurrent and method == "awq":
+                layer = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
             if isinstance(layer, str):
                 self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
             else:
