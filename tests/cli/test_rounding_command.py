@@ -246,3 +246,22 @@ def test_samples_the_model_cannot_run_are_one_line_and_exit_2(net, tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and "does not run on sample 0" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_hessians_beyond_the_budget_are_collected_in_groups_with_the_same_codes(net, tmp_path, capsys, monkeypatch):
+    from qlinear.io import weight_rounding
+
+    model, data, _ = net
+    written, passes = {}, []
+    collect = weight_rounding.hessians.collect
+    monkeypatch.setattr(weight_rounding.hessians, "collect", lambda *a, **k: passes.append(1) or collect(*a, **k))
+    for budget in (weight_rounding.HESSIAN_BUDGET, 1):  # 1 byte: every layer a group of its own, a pass each
+        monkeypatch.setattr(weight_rounding, "HESSIAN_BUDGET", budget)
+        out = tmp_path / f"net.{budget}.onnx"
+        code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", out, "--calibrate", data,
+                                      "--activations", "float")
+        assert code == 0, err
+        written[budget] = {i.name: i.raw_data for i in onnx.load(str(out)).graph.initializer}
+    assert len(passes) == 1 + 3  # one pass for the three layers, then one each
+    first, second = written.values()
+    assert first == second

@@ -439,8 +439,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
         if weight_plan is None:
             weight_plan = weight_rounding.Rounding(model, choices, settings)
-        weight_plan.collect(model, rounding_data, _progress)
-        outcomes = weight_plan.round_all(model, _progress)
+        outcomes = weight_plan.run(model, rounding_data, _progress)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]

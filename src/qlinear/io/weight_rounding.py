@@ -97,32 +97,68 @@ class Rounding:
         self.factors: dict = {}  # GPTQ's Hessian factors, shared by the weights that read one input
 
     def also(self, samples: int):
-        """(names, consume) for `activation_calibration.collect`: the Hessians from the same run."""
-        if not self.collected:
+        """(names, consume) for `activation_calibration.collect`: the Hessians from the same run, where they fit
+        in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each); None if not."""
+        if not self.collected or len(_budgeted(self.collected)) > 1:
             return None
         self.collector = hessians.Collector(self.collected, samples)
         return self.collector.names, self.collector.consume
 
-    def collect(self, model, data, progress_factory) -> None:
-        """The Hessians from a run of their own (where no calibration of activations ran over the samples)."""
-        if not self.collected or self.collector is not None:
-            return
-        with progress_factory(data.samples, f"collecting {len(self.collected)} layer Hessians on {data.samples} "
-                              f"samples", "samples") as advance:
-            hessians.collect(model.model, self.collected, data, advance)
-
-    def round_all(self, model, progress_factory) -> dict[str, Outcome]:
-        """Round every weight; the `Outcome` of each by name."""
+    def run(self, model, data, progress_factory) -> dict[str, Outcome]:
+        """Collect the Hessians (unless the activations' run did: `also`) and round every weight; the `Outcome`
+        of each by name. The layers go in groups whose Hessians fit in `HESSIAN_BUDGET`, a pass over the
+        samples per group, each group's Hessians dropped once its weights are rounded: memory stays within the
+        budget (or the largest layer's Hessian) plus the segments' activations."""
+        total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
         if self.collector is not None:  # the Hessians came from the run that calibrated the activations
             self.collector.finish()
-        total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
-        with progress_factory(total, f"rounding {len(self.layers)} weights ({self.settings.rounding})", "weights") as advance:
-            for choice in self.chosen:
-                name = choice.found.name
-                if name in self.layers:
-                    self.outcomes[name] = _round_one(model, choice, self.settings, self.layers[name], advance,
-                                                     self.factors)
+            groups = [self.collected]
+        else:
+            groups = _budgeted(self.collected) or [[]]
+        by_layer = {id(layer): name for name, layer in self.layers.items() if layer is not None}
+        for index, group in enumerate(groups):
+            if group and self.collector is None:
+                what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
+                with progress_factory(data.samples, f"collecting {len(group)} layer Hessians{what} on {data.samples} "
+                                      f"samples", "samples") as advance:
+                    hessians.collect(model.model, group, data, advance)
+            names = {by_layer[id(layer)] for layer in group}
+            if index == 0:  # the weights without a layer (the methods without data) go with the first group
+                names |= {name for name, layer in self.layers.items() if layer is None}
+            with progress_factory(total, f"rounding {len(names)} weights ({self.settings.rounding})", "weights") as advance:
+                for choice in self.chosen:
+                    if choice.found.name in names:
+                        self.outcomes[choice.found.name] = _round_one(model, choice, self.settings,
+                                                                      self.layers[choice.found.name], advance,
+                                                                      self.factors)
+            for layer in group:  # this group's Hessians are done with
+                layer.sums = layer.magnitudes = None
+            self.factors.clear()
         return self.outcomes
+
+
+HESSIAN_BUDGET = 256 << 20  # bytes of Hessians held at once (float64 K x K per group of a layer)
+
+
+def _budgeted(layers: list) -> list[list]:
+    """The layers in groups whose Hessians (layers with the same features counted once) fit in `HESSIAN_BUDGET`;
+    a layer larger than the budget alone. Layers that share features stay in one group."""
+    shared: dict[tuple, list] = {}
+    for layer in layers:
+        shared.setdefault(layer.signature(), []).append(layer)
+    groups, current, held = [], [], 0
+    for members in shared.values():
+        first = members[0]
+        size = 8 * first.features_count ** 2 * (first.group if first.op in ("Conv", "ConvTranspose") or first.recurrent
+                                                else 1)
+        if current and held + size > HESSIAN_BUDGET:
+            groups.append(current)
+            current, held = [], 0
+        current += members
+        held += size
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _round_one(model, choice: Choice, settings: Settings, layer, advance, factors: dict | None = None) -> Outcome:
