@@ -24,7 +24,7 @@ from .errors import UserError
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
 FLUSH_ROWS = 2048  # feature vectors multiplied out at once (samples of 16 tokens: 128 of them),
-FLUSH_BYTES = 2 << 20  # or fewer, when they hold this much (every layer holds its own: 64 layers, 128 MB)
+FLUSH_BYTES = 512 << 10  # or fewer, when they hold this much (every layer holds its own: 64 layers, 32 MB)
 ROWS_PER_FEATURE = 8  # feature vectors per layer over all the samples: this many per input feature,
 ROW_RANGE = (1 << 12, 1 << 17)  # within these bounds, fewer per sample as samples grow
 OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
@@ -112,6 +112,8 @@ class Layer:
         """One sample's input: its feature vectors wait until `FLUSH_ROWS` of them (or `FLUSH_BYTES`) have come,
         then are multiplied out together (float32 products, added in float64)."""
         f = self.features(x, rng, state)
+        if f.base is not None:  # a view would keep the sample's whole activation alive until the flush
+            f = f.copy()
         self.pending.append(f)
         self.pending_rows += f.shape[1]
         if self.pending_rows >= FLUSH_ROWS or self.pending_rows * f.shape[0] * f.shape[2] * 4 >= FLUSH_BYTES:
