@@ -265,3 +265,21 @@ def test_hessians_beyond_the_budget_are_collected_in_groups_with_the_same_codes(
     assert len(passes) == 1 + 3  # one pass for the three layers, then one each
     first, second = written.values()
     assert first == second
+
+
+def test_the_same_model_is_written_on_every_run_and_thread_count(net, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    model, data, _ = net
+    written = set()
+    for run, threads in enumerate(("1", "2", "2")):
+        out = tmp_path / f"net.{run}.onnx"
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads)
+        result = subprocess.run([sys.executable, "-m", "qlinear", "quantize", str(model), "--dtype", "int4", "-o",
+                                 str(out), "--calibrate", str(data), "--activations", "float", "--no-eval"],
+                                capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        written.add(out.read_bytes())
+    assert len(written) == 1
