@@ -55,7 +55,7 @@ class Layer:
 
     limit: int = MAX_ROWS  # feature vectors per sample
     wants_magnitudes: bool = False  # sum |x| too (AWQ)
-    pending: list = field(default_factory=list, repr=False)  # feature blocks not yet multiplied out
+    pending: np.ndarray | None = field(default=None, repr=False)  # feature vectors not yet multiplied out
     pending_rows: int = 0
     # Recurrent layers: W reads the sequence (``input``), R the previous hidden state: the output Y shifted
     # by one step per direction (``input`` is then Y) and the initial state (``state``, "" for zeros).
@@ -109,21 +109,33 @@ class Layer:
         return np.stack([b[:count][chosen] for b in blocks])
 
     def add(self, x: np.ndarray, rng, state: np.ndarray | None = None) -> None:
-        """One sample's input: its feature vectors wait until `FLUSH_ROWS` of them (or `FLUSH_BYTES`) have come,
-        then are multiplied out together (float32 products, added in float64)."""
+        """One sample's input. Its feature vectors are copied into a buffer of the layer's own, which is
+        multiplied out when full (`FLUSH_ROWS`, or `FLUSH_BYTES`): float32 products of many samples at once,
+        added in float64. (A list of each sample's arrays instead left the heap fragmented: the detector's
+        100 pages took 1.2 GB instead of 0.7.)"""
         f = self.features(x, rng, state)
-        if f.base is not None:  # a view would keep the sample's whole activation alive until the flush
-            f = f.copy()
-        self.pending.append(f)
-        self.pending_rows += f.shape[1]
-        if self.pending_rows >= FLUSH_ROWS or self.pending_rows * f.shape[0] * f.shape[2] * 4 >= FLUSH_BYTES:
+        count = f.shape[1]
+        capacity = max(1, min(FLUSH_ROWS, FLUSH_BYTES // max(1, 4 * f.shape[0] * f.shape[2])))
+        if count >= capacity:
+            self._multiply(f)
+            return
+        if self.pending is None:
+            self.pending = np.empty((f.shape[0], capacity, f.shape[2]), np.float32)
+        if self.pending_rows + count > self.pending.shape[1]:
             self.flush()
+        self.pending[:, self.pending_rows:self.pending_rows + count] = f
+        self.pending_rows += count
 
     def flush(self) -> None:
-        if not self.pending:
-            return
-        f = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending, axis=1)
-        self.pending, self.pending_rows = [], 0
+        if self.pending_rows:
+            self._multiply(self.pending[:, :self.pending_rows])
+        self.pending_rows = 0
+
+    def release(self) -> None:
+        self.flush()
+        self.pending = None
+
+    def _multiply(self, f: np.ndarray) -> None:
         h = np.matmul(f.transpose(0, 2, 1), f).astype(np.float64)
         self.sums = h if self.sums is None else self.sums + h
         if self.magnitudes is not None or self.wants_magnitudes:
@@ -292,7 +304,7 @@ class Collector:
     def finish(self) -> None:
         for group in self.shared.values():
             leader = group[0]
-            leader.flush()
+            leader.release()
             if leader.recurrent == "W" and leader.sums is not None and leader.directions > 1:
                 leader.sums = np.repeat(leader.sums, leader.directions, axis=0)  # every direction reads the sequence
                 if leader.magnitudes is not None:
