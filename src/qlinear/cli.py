@@ -114,6 +114,8 @@ the layer's input Hessian summed over the --calibrate samples (one float run); a
 channel by its activations' magnitude first (the model divides the layer's input by the same scale);
 adaround learns up or down per weight on the same Hessian; hqq chooses each group's zero point by a
 half-quadratic solver, with no data. --activations float keeps the activations float (weights only).
+Default below 8 bits: gptq given --calibrate, hqq without (int4 on the corpus: recogniser 18.7% with
+rtn, 56.7% hqq, 89.3% gptq; float 93.3%).
 The stored codes are the method's; DequantizeLinear of them is the weight the model computes. The
 report gives each weight's layer output SQNR on the samples with rtn and with the method.
 
@@ -200,7 +202,8 @@ def _add_quantize(commands) -> None:
     p.add_argument("--rounding", choices=("rtn", "gptq", "awq", "adaround", "hqq"),
                    help="ONNX: how the weights are rounded: rtn (round to nearest), gptq, awq, adaround (these three "
                    "weigh each weight's error by its layer's inputs on the --calibrate samples), hqq (no data). "
-                   "Default: gptq for types of 6 bits and fewer and the MX formats when --calibrate is given, rtn otherwise")
+                   "Default (measured on the corpus), for types of 6 bits and fewer: gptq when --calibrate is given, hqq "
+                   "without (rtn for the float and MX types); rtn for 8 bits and more and for tensor files")
     p.add_argument("--symmetric-activations", action="store_true",
                    help="--calibrate: integer activations with a zero zero point (or the middle code)")
     p.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", default=[],
