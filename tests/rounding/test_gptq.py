@@ -306,3 +306,14 @@ def test_recurrent_features_are_the_inputs_and_states_the_lstm_multiplies(direct
             i, o, f, g = np.split(gates, 4, axis=1)
             c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
             np.testing.assert_allclose(_sigmoid(o) * np.tanh(c), y[t, d], rtol=1e-4, atol=1e-5)
+
+
+def test_nvfp4_block_scales_are_chosen_before_the_rounding_and_mxfp4_as_it_reaches_them():
+    rng = np.random.default_rng(SEED + 9)
+    w, h = _layer(rng, (16, 64, 1, 1), 800)
+    for dtype, block in (("nvfp4", 16), ("mxfp4", 32)):
+        gran = _granularity("block", w.shape, block)
+        nearest = round_weight(w, gran, _codec(dtype, True), "rtn")
+        rounded = round_weight(w, gran, _codec(dtype, True), "gptq", "Conv", 1, h)
+        same = np.array_equal(np.asarray(rounded.scale).view(np.uint8), np.asarray(nearest.scale).view(np.uint8))
+        assert same == (dtype == "nvfp4"), dtype
