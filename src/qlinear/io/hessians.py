@@ -21,6 +21,7 @@ import numpy as np
 
 from .activation_calibration import CalibrationData, Segments, first
 from .errors import UserError
+from .formats.onnx_constants import attributes
 
 MAX_ROWS = 8192  # feature vectors per sample and layer, at most
 FLUSH_ROWS = 2048  # feature vectors multiplied out at once (samples of 16 tokens: 128 of them),
@@ -226,13 +227,9 @@ def _patches(x: np.ndarray, kernel, strides, dilations, pads, group: int, rng, l
 
 
 def _attribute(node, name: str, default):
-    from onnx import helper
-
-    for attribute in node.attribute:
-        if attribute.name == name:
-            value = helper.get_attribute_value(attribute)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
+    """One of `onnx_constants.attributes`, strings decoded."""
+    value = attributes(node).get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:

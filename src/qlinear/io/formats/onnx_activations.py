@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_constants import subgraphs
+from .onnx_constants import attributes, subgraphs
 
 _FLOAT = 1  # TensorProto.FLOAT
 
@@ -120,8 +120,6 @@ def bias_plans(model, activations: dict[str, tuple], weight_scales: dict[str, np
     """The int32 biases: for each Conv/ConvTranspose (input 2) and Gemm (input 2, alpha = beta = 1, 1-D) whose
     input and weight are both quantized and whose float bias is read by it alone, the bias scale
     x_scale * w_scale (per output channel)."""
-    from onnx import helper
-
     readers: dict[str, int] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -131,9 +129,9 @@ def bias_plans(model, activations: dict[str, tuple], weight_scales: dict[str, np
         if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 3 or not node.input[2]:
             continue
         x, w, b = node.input[0], node.input[1], node.input[2]
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Gemm" and (attributes.get("alpha", 1.0) != 1.0 or attributes.get("beta", 1.0) != 1.0
-                                       or attributes.get("transA", 0)):
+        given = attributes(node)
+        if node.op_type == "Gemm" and (given.get("alpha", 1.0) != 1.0 or given.get("beta", 1.0) != 1.0
+                                       or given.get("transA", 0)):
             continue
         if x not in activations or w not in weight_scales or b not in constants or readers.get(b, 0) != 1:
             continue

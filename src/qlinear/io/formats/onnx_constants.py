@@ -9,7 +9,8 @@ import numpy as np
 _DEPTH = 8  # operators followed back from a tensor at most
 
 
-def _attributes(node) -> dict:
+def attributes(node) -> dict:
+    """A node's attributes by name (strings as onnx gives them: bytes)."""
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -54,7 +55,7 @@ class ConstantValues:
         inputs = [self(i, depth + 1) if i else None for i in node.input]
         if not inputs or inputs[0] is None:
             return None
-        x, attrs, op = inputs[0], _attributes(node), node.op_type
+        x, attrs, op = inputs[0], attributes(node), node.op_type
         try:
             if op == "Identity":
                 return x

@@ -27,18 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .onnx_constants import attributes
+
 
 
 @dataclass
 class Folded:
     conv: str
     folded: str  # "BatchNormalization 'bn1'", ...
-
-
-def _attributes(node) -> dict:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
@@ -81,7 +77,7 @@ def fold(model, read_tensor, write_tensor, onnxruntime: bool = False) -> list[Fo
             if weight is None or len(readers.get(w_name, [])) != 1:
                 break
             rank = weight.ndim
-            group = _attributes(conv).get("group", 1)
+            group = attributes(conv).get("group", 1)
             channels = weight.shape[0] if conv.op_type == "Conv" else weight.shape[1] * group
             b_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else None
             bias = read_tensor(b_name) if b_name else np.zeros(channels)
@@ -94,12 +90,12 @@ def fold(model, read_tensor, write_tensor, onnxruntime: bool = False) -> list[Fo
                 if any(v is None for v in values):
                     break
                 scale, beta, mean, var = (np.asarray(v, np.float64).reshape(-1) for v in values)
-                epsilon = _attributes(node).get("epsilon", 1e-5)
+                epsilon = attributes(node).get("epsilon", 1e-5)
                 gain = scale / np.sqrt(var + epsilon)
                 shift = beta - mean * gain
             elif node.op_type == "HardSigmoid" and onnxruntime and conv.op_type == "Conv":
-                attributes = _attributes(node)
-                alpha, beta = attributes.get("alpha", 0.2), attributes.get("beta", 0.5)
+                given = attributes(node)
+                alpha, beta = given.get("alpha", 0.2), given.get("beta", 0.5)
                 gain, shift = np.full(channels, alpha, np.float64), np.full(channels, beta, np.float64)
             elif node.op_type in ("Mul", "Add") and len(node.input) == 2:
                 other = node.input[1] if node.input[0] == conv.output[0] else node.input[0]

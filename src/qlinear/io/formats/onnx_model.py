@@ -33,6 +33,7 @@ from ..extras import import_onnx
 from ..plan import Found
 from ..storage import to_storage
 from . import onnx_weights
+from .onnx_constants import attributes
 
 PROTOBUF_LIMIT = 2**31 - 1  # bytes in one serialized message
 INLINE_LIMIT = 2**31 - (64 << 20)  # above this much tensor data the output uses external data
@@ -47,12 +48,6 @@ def _first_line(error: BaseException) -> str:
 
 def default_opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
-def _attributes(node) -> dict:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _small_array(tensor):
@@ -87,7 +82,7 @@ class OnnxModel:
     def refresh(self):
         """Search the (possibly converted) model for its constants again."""
         # Keyed by scope and name: sibling graphs (an If's two branches) may each define a constant "w".
-        self.constants = {_key_of(c): c for c in onnx_weights.find_constants(self.model, _attributes, _small_array)}
+        self.constants = {_key_of(c): c for c in onnx_weights.find_constants(self.model, attributes, _small_array)}
         self.found = [_found(c) for c in self.constants.values()]
 
     @property
