@@ -91,7 +91,7 @@ def parameters(lo, hi, qtype: ElementType, symmetric: bool = False, scale_dtype=
         raise ValueError("calibrate.parameters: the range must be finite (the tensor holds NaN or infinity)")
     absmax = np.maximum(np.abs(lo), np.abs(hi))
     if qtype.is_small_float:
-        scale = _storable_scale(absmax / qtype.max_finite, scale_dtype)
+        scale = storable_scale(absmax / qtype.max_finite, scale_dtype)
         return scale, np.zeros(lo.shape, qtype.dtype)
     if not qtype.is_integer:
         raise ValueError(f"calibrate.parameters: {qtype.onnx_name} is not a quantized type")
@@ -99,21 +99,21 @@ def parameters(lo, hi, qtype: ElementType, symmetric: bool = False, scale_dtype=
     if symmetric:
         if qmin < 0:
             zero = 0
-            scale = _storable_scale(absmax / qmax, scale_dtype)
+            scale = storable_scale(absmax / qmax, scale_dtype)
         else:
             zero = (qmax + 1) // 2
-            scale = _storable_scale(absmax / (qmax - zero), scale_dtype)
+            scale = storable_scale(absmax / (qmax - zero), scale_dtype)
         return scale, np.full(lo.shape, zero, dtype=qtype.dtype)
     lo = np.minimum(lo, 0.0)
     hi = np.maximum(hi, 0.0)
-    scale = _storable_scale((hi - lo) / (qmax - qmin), scale_dtype)
+    scale = storable_scale((hi - lo) / (qmax - qmin), scale_dtype)
     # The zero point is computed with the scale as stored, so that lo and hi land on qmin and qmax
     # up to one rounding step.
     zero = np.clip(np.rint(qmin - lo / scale.astype(np.float64)), qmin, qmax)
     return scale, zero.astype(np.int64).astype(qtype.dtype)
 
 
-def _storable_scale(scale: np.ndarray, scale_dtype) -> np.ndarray:
+def storable_scale(scale: np.ndarray, scale_dtype) -> np.ndarray:
     scale_dtype = np.dtype(scale_dtype)
     scale = np.where(scale > 0, scale, 1.0)  # an all-zero group: any positive scale is exact
     stored = scale.astype(scale_dtype)

@@ -11,20 +11,15 @@ import sys
 import numpy as np
 import pytest
 
-from qlinear import dtypes
 from qlinear.granularity import Granularity
 from qlinear.reference import adaround as reference
-from qlinear.reference import mx as mx_reference
 from qlinear.rounding.adaround import Objective, adaround, on_grid
-from qlinear.rounding.codec import Codec, Groups, Layout, Parameters
+from qlinear.rounding.codec import Groups, Layout, Parameters
+
+from ._helpers import codec as _codec
+from ._helpers import granularity, output_error
 
 SEED = 20261205
-
-
-def _codec(dtype: str, symmetric=False, weight_dtype=np.float32, scale_dtype=np.float32):
-    fmt = mx_reference.FORMATS.get(dtype)
-    qtype = fmt.element if fmt is not None else dtypes.get(dtype)
-    return Codec(qtype, symmetric, weight_dtype, scale_dtype, fmt)
 
 
 def _layer(rng, rows=16, columns=40, samples=600):
@@ -37,8 +32,7 @@ def _layer(rng, rows=16, columns=40, samples=600):
 
 def _setup(w, dtype="int4", kind="block", block=8, symmetric=False):
     layout = Layout.of("Gemm.T", w.shape)
-    gran = Granularity("axis", w.shape, 0) if kind == "axis" else (
-        Granularity("tensor", w.shape) if kind == "tensor" else Granularity("block", w.shape, 1, block))
+    gran = granularity(kind, w.shape, block)
     groups = Groups.of_granularity(layout, gran)
     codec = _codec(dtype, symmetric)
     matrices = layout.view(w).astype(np.float64)
@@ -47,20 +41,11 @@ def _setup(w, dtype="int4", kind="block", block=8, symmetric=False):
     return groups, codec, matrices, params
 
 
-def _parameters(groups, params):
-    return params.effective[groups.of], (params.zeros[groups.of] if params.zeros is not None else None)
-
-
-def _error(values, matrices, h):
-    e = values - matrices
-    return float(np.einsum("grk,gkl,grl->", e, h, e))
-
-
 def test_the_gradient_is_that_of_the_papers_loss_on_the_inputs():
     rng = np.random.default_rng(SEED)
     w, x = _layer(rng, 6, 12, 50)
     groups, codec, matrices, params = _setup(w, "int4", "block", 4)
-    effective, zero = _parameters(groups, params)
+    effective, zero = params.per_element()
     scale, zero = effective.astype(np.float64), zero.astype(np.float64)
     qmin, qmax = codec.qtype.qmin, codec.qtype.qmax
     h = (x.T @ x)[None]
@@ -97,7 +82,7 @@ def test_adaround_lowers_the_output_error_with_quantize_linears_codes(dtype, kin
     w, x = _layer(rng)
     h = (x.T @ x)[None]
     groups, codec, matrices, params = _setup(w, dtype, kind, symmetric=symmetric)
-    effective, zero = _parameters(groups, params)
+    effective, zero = params.per_element()
     codes, values = adaround(matrices, h, groups, codec, params, len(x))
     # (a) QuantizeLinear's codes of weights on the chosen grid points, DequantizeLinear's values
     z = zero.astype(np.float64) if zero is not None else 0.0
@@ -112,7 +97,7 @@ def test_adaround_lowers_the_output_error_with_quantize_linears_codes(dtype, kin
     assert ((codes >= lowest) & (codes <= highest)).all()
     # (b) strictly below round-to-nearest's error on the calibration data
     _, nearest = codec.round(matrices, effective, zero)
-    assert _error(values, matrices, h) < 0.9 * _error(nearest, matrices, h)
+    assert output_error(values, matrices, h) < 0.9 * output_error(nearest, matrices, h)
 
 
 def test_adaround_never_does_worse_than_round_to_nearest_row_by_row():
@@ -120,7 +105,7 @@ def test_adaround_never_does_worse_than_round_to_nearest_row_by_row():
     w, x = _layer(rng, 12, 24, 200)
     h = (x.T @ x)[None]
     groups, codec, matrices, params = _setup(w, "int4", "axis")
-    effective, zero = _parameters(groups, params)
+    effective, zero = params.per_element()
     _, values = adaround(matrices, h, groups, codec, params, len(x), iterations=3)  # barely optimised
     _, nearest = codec.round(matrices, effective, zero)
     def rows(v):

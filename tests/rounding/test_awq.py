@@ -7,29 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qlinear import dtypes
-from qlinear.granularity import Granularity
 from qlinear.reference import awq as reference
-from qlinear.reference import mx as mx_reference
-from qlinear.rounding import _input_channels
+from qlinear.rounding import input_channels
 from qlinear.rounding import awq as fast
-from qlinear.rounding.codec import Codec, Groups, Layout, Parameters
+from qlinear.rounding.codec import Groups, Layout, Parameters
+
+from ._helpers import codec as _codec
+from ._helpers import granularity, output_error
 
 SEED = 20261206
-
-
-def _codec(dtype: str, symmetric=False):
-    fmt = mx_reference.FORMATS.get(dtype)
-    qtype = fmt.element if fmt is not None else dtypes.get(dtype)
-    return Codec(qtype, symmetric, np.float32, np.float32, fmt)
-
-
-def _granularity(kind: str, shape, block=8):
-    if kind == "tensor":
-        return Granularity("tensor", shape)
-    if kind == "axis":
-        return Granularity("axis", shape, 0)
-    return Granularity("block", shape, 1, block)
 
 
 def _inputs(rng, samples, columns):
@@ -53,11 +39,11 @@ def _conv(rng, samples=400):
 
 def _setup(w, x, op, dtype="int4", kind="block", block=8, symmetric=False):
     layout = Layout.of(op, w.shape)
-    groups = Groups.of_granularity(layout, _granularity(kind, w.shape, block))
+    groups = Groups.of_granularity(layout, granularity(kind, w.shape, block))
     codec = _codec(dtype, symmetric)
     codec.prepare(w)
     matrices = layout.view(w).astype(np.float64)
-    channels = layout.view(_input_channels(op, w.shape, 1))[:, 0, :]
+    channels = layout.view(input_channels(op, w.shape, 1))[:, 0, :]
     made = []
 
     def make_params():
@@ -76,11 +62,6 @@ def _quantizer(groups, codec):
         zero = params.zeros[groups.of] if params.zeros is not None else None
         return codec.round(m[None], params.effective[groups.of], zero)[1][0]
     return quantize
-
-
-def _error(values, matrices, h):
-    e = values - matrices
-    return float(np.einsum("grk,gkl,grl->", e, h, e))
 
 
 @pytest.mark.parametrize("layer,kind", [(_gemm, "block"), (_gemm, "axis"), (_conv, "block"), (_conv, "tensor")])
@@ -156,7 +137,7 @@ def test_awq_gives_quantize_linears_codes_and_never_a_larger_error(dtype, kind, 
                                   codes.view(np.uint8) if codes.dtype.itemsize == 1 else codes)
     np.testing.assert_array_equal(again_values, values)
     # (b) never above round-to-nearest's error on the calibration data, (mostly) below
-    error, baseline = _error(values / columns, matrices, h), _error(nearest, matrices, h)
+    error, baseline = output_error(values / columns, matrices, h), output_error(nearest, matrices, h)
     assert error <= baseline
     if codec.integer and codec.qtype.bits <= 4:
         assert error < 0.95 * baseline

@@ -21,6 +21,9 @@ from qlinear.rounding import round_weight
 from qlinear.rounding.codec import Codec, Groups, Layout, Parameters
 from qlinear.rounding.gptq import gptq
 
+from ._helpers import codec as _codec
+from ._helpers import granularity, output_error
+
 SEED = 20261204
 
 
@@ -30,21 +33,6 @@ def _layer(rng, shape=(16, 40, 3, 3), samples=3000):
     k = int(np.prod(shape[1:]))
     x = rng.standard_normal((samples, k)) @ rng.standard_normal((k, k)) * 0.3
     return w, (x.T @ x)[None]
-
-
-def _codec(dtype: str, symmetric=False):
-    fmt = mx_reference.FORMATS.get(dtype)
-    qtype = fmt.element if fmt is not None else dtypes.get(dtype)
-    codec = Codec(qtype, symmetric, np.float32, np.float32, fmt)
-    return codec
-
-
-def _granularity(kind: str, shape, block=32):
-    if kind == "tensor":
-        return Granularity("tensor", shape)
-    if kind == "axis":
-        return Granularity("axis", shape, 0)
-    return Granularity("block", shape, 1, block)
 
 
 CASES = [("int4", "block", False), ("int4", "axis", False), ("int4", "tensor", True), ("uint4", "block", False),
@@ -58,7 +46,7 @@ def test_fast_gptq_gives_the_codes_of_the_papers_per_column_form(dtype, kind, sy
     w, h = _layer(rng)
     layout = Layout.of("Conv", w.shape)
     block = 16 if dtype == "nvfp4" else 32
-    gran = _granularity(kind, w.shape, block)
+    gran = granularity(kind, w.shape, block)
     groups = Groups.of_granularity(layout, gran)
     codec = _codec(dtype, symmetric)
     codec.prepare(w)
@@ -86,13 +74,12 @@ def test_fast_gptq_gives_the_codes_of_the_papers_per_column_form(dtype, kind, sy
 def test_gptq_lowers_the_layer_output_error_of_round_to_nearest(dtype, kind, symmetric):
     rng = np.random.default_rng(SEED + 1)
     w, h = _layer(rng, (24, 32, 3, 3))
-    gran = _granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
+    gran = granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
     layout = Layout.of("Conv", w.shape)
     errors = {}
     for method in ("rtn", "gptq"):
         rounded = round_weight(w, gran, _codec(dtype, symmetric), method, "Conv", 1, h)
-        e = layout.view(rounded.values) - layout.view(w)
-        errors[method] = float(np.einsum("grk,gkl,grl->", e, h, e))
+        errors[method] = output_error(layout.view(rounded.values), layout.view(w), h)
     assert errors["gptq"] < 0.8 * errors["rtn"], errors
 
 
@@ -103,7 +90,7 @@ def test_the_values_are_dequantize_linear_of_the_stored_codes(dtype, kind, symme
         pytest.skip("hqq needs an integer zero point")
     rng = np.random.default_rng(SEED + 2)
     w, h = _layer(rng, (8, 64, 1, 1), 500)
-    gran = _granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
+    gran = granularity(kind, w.shape, 16 if dtype == "nvfp4" else 32)
     codec = _codec(dtype, symmetric)
     rounded = round_weight(w, gran, codec, method, "Conv", 1, h)
     attributes = gran.attributes()
@@ -139,10 +126,11 @@ def test_round_to_nearest_is_quantize_linear_exactly():
 
 def test_gptq_is_the_same_on_every_run_and_thread_count():
     code = ("import numpy as np, hashlib\n"
-            "from tests.rounding.test_gptq import _layer, _codec, _granularity\n"
+            "from tests.rounding.test_gptq import _layer\n"
+            "from tests.rounding._helpers import codec, granularity\n"
             "from qlinear.rounding import round_weight\n"
             f"w, h = _layer(np.random.default_rng({SEED}), (32, 64, 3, 3))\n"
-            "r = round_weight(w, _granularity('block', w.shape), _codec('int4'), 'gptq', 'Conv', 1, h)\n"
+            "r = round_weight(w, granularity('block', w.shape, 32), codec('int4'), 'gptq', 'Conv', 1, h)\n"
             "print(hashlib.sha256(r.codes.view(np.uint8).tobytes() + r.scale.tobytes()).hexdigest())\n")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     digests = set()
@@ -227,7 +215,7 @@ def test_act_order_is_the_papers_form_on_the_columns_in_that_order():
     rng = np.random.default_rng(SEED + 6)
     w, h = _layer(rng, (8, 24, 1, 1), 400)
     layout = Layout.of("Conv", w.shape)
-    groups = Groups.of_granularity(layout, _granularity("axis", w.shape))
+    groups = Groups.of_granularity(layout, granularity("axis", w.shape, 32))
     codec = _codec("int4")
     matrices = layout.view(w).astype(np.float64)
     params = Parameters(groups, codec)
@@ -312,7 +300,7 @@ def test_nvfp4_block_scales_are_chosen_before_the_rounding_and_mxfp4_as_it_reach
     rng = np.random.default_rng(SEED + 9)
     w, h = _layer(rng, (16, 64, 1, 1), 800)
     for dtype, block in (("nvfp4", 16), ("mxfp4", 32)):
-        gran = _granularity("block", w.shape, block)
+        gran = granularity("block", w.shape, block)
         nearest = round_weight(w, gran, _codec(dtype, True), "rtn")
         rounded = round_weight(w, gran, _codec(dtype, True), "gptq", "Conv", 1, h)
         same = np.array_equal(np.asarray(rounded.scale).view(np.uint8), np.asarray(nearest.scale).view(np.uint8))

@@ -66,6 +66,19 @@ class Layer:
     batch_major: bool = False  # layout = 1: [batch, seq, ...]
     state: str = ""
 
+    def divisor_shape(self, channels: int) -> tuple[int, ...]:
+        """The shape that divides the layer's input per input channel, by broadcasting: [C, 1, ...] for a
+        convolution's [N, C, ...] input, [K] for a MatMul's [..., K], [K, 1] for Gemm's transA."""
+        if self.op in ("Conv", "ConvTranspose"):
+            return (channels,) + (1,) * len(self.kernel)
+        return (channels, 1) if self.transpose_input else (channels,)
+
+    @property
+    def matrices(self) -> int:
+        """G, the matrices of the weight's layout and of its Hessian: a convolution's groups, a recurrent
+        layer's directions, one otherwise."""
+        return self.group if self.op in ("Conv", "ConvTranspose") or self.recurrent else 1
+
     def signature(self) -> tuple:
         """What the feature vectors depend on: layers that agree on it (q, k and v reading one input) share them."""
         rows = self.op in ("MatMul", "Gemm.T")
@@ -144,14 +157,6 @@ class Layer:
             m = np.matmul(ones, np.abs(f))[:, 0, :].astype(np.float64)  # Σ|x| per feature, through BLAS
             self.magnitudes = m if self.magnitudes is None else self.magnitudes + m
         self.rows += f.shape[1]
-
-
-def divisor_shape(layer: Layer, channels: int, rank: int | None = None) -> tuple[int, ...]:
-    """The shape that divides the layer's input per input channel, by broadcasting: [C, 1, ...] for a
-    convolution's [N, C, ...] input of ``rank``, [K] for a MatMul's [..., K], [K, 1] for Gemm's transA."""
-    if layer.op in ("Conv", "ConvTranspose"):
-        return (channels,) + (1,) * len(layer.kernel)
-    return (channels, 1) if layer.transpose_input else (channels,)
 
 
 def _subsample(rows: np.ndarray, rng, limit: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused
 from .plan import Choice, Found, Quantized, Settings, min_opset
-from .quantization import dequantize_tensor, quantize_mx, quantize_tensor
+from .quantization import MXQuantized, dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
 
 ONNX_MIN_ELEMENTS = 1
@@ -439,7 +439,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
         if weight_plan is None:
             weight_plan = weight_rounding.Rounding(model, choices, settings)
-        outcomes = weight_plan.run(model, rounding_data, _progress)
+        outcomes = weight_plan.run(model, rounding_data)
 
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
@@ -775,31 +775,23 @@ def _needed_opset(settings: Settings, choice: Choice) -> int:
     return min_opset(settings.qtype, "block", "float8e8m0")
 
 
-def _progress(total, what: str, unit: str):
-    return report.progress(total, what, unit=unit)
-
-
 def _rounded_constant(model, writer, choice: Choice, qtype, settings: Settings, advance, weight_scales,
                       outcome: weight_rounding.Outcome) -> dict:
     """A weight whose codes a rounding method chose (`weight_rounding`): written as they are."""
-    found, gran, rounded = choice.found, choice.granularity, outcome.rounded
+    found, rounded = choice.found, outcome.rounded
     advance(found.nbytes)
     if settings.mx is not None:
-        after = writer.replace_mx(found, settings.mx, rounded.codes, rounded.scale, rounded.global_scale, gran)
-        row = report.quantized_row(choice, qtype, after, Quantized(np.asarray(rounded.scale), np.zeros((), np.int8),
-                                                                   outcome.stats), to=settings.mx.name)
+        row = _written_mx(writer, choice, settings, MXQuantized(rounded.codes, rounded.scale, rounded.global_scale,
+                                                                outcome.stats))
     else:
         sink, finish = writer.sink(found, qtype)
         sink(rounded.codes)
-        zero = rounded.zero_point if qtype.is_integer else None
-        after = writer.replace(found, finish(), rounded.scale, zero, gran, qtype)
-        if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
-            weight_scales[found.name] = np.asarray(rounded.scale, np.float32)
-        row = report.quantized_row(choice, qtype, after, Quantized(rounded.scale, zero, outcome.stats), settings.plot)
+        row = _written(writer, choice, qtype, settings, finish(), rounded.scale, rounded.zero_point, outcome.stats,
+                       weight_scales)
     if rounded.channel_scales is not None:  # AWQ: the layer's input divided by the scales the weight was multiplied by
         layer = outcome.layer
         scales = np.asarray(rounded.channel_scales, np.float32)
-        writer.divide_input(layer.node, scales.reshape(weight_rounding.hessians.divisor_shape(layer, scales.size)))
+        writer.divide_input(layer.node, scales.reshape(layer.divisor_shape(scales.size)))
     return row | {"rounding": settings.rounding, "output_sqnr_db": outcome.output_db}
 
 
@@ -810,10 +802,26 @@ def _quantize_mx_constant(source, model, writer, choice: Choice, settings: Setti
     result = quantize_mx(x, choice.granularity, settings.mx, settings.scale_rule, np.dtype(found.dtype))
     advance(found.nbytes)
     del x
-    after = writer.replace_mx(found, settings.mx, result.codes, result.scales, result.global_scale, choice.granularity)
-    scale = np.asarray(result.scales)
-    return report.quantized_row(choice, settings.qtype, after, Quantized(scale, np.zeros((), np.int8), result.stats),
-                                to=settings.mx.name)
+    return _written_mx(writer, choice, settings, result)
+
+
+def _written_mx(writer, choice: Choice, settings: Settings, result: MXQuantized) -> dict:
+    """`QdqWriter.replace_mx` with an MX weight's codes and scales; its report row."""
+    after = writer.replace_mx(choice.found, settings.mx, result.codes, result.scales, result.global_scale,
+                              choice.granularity)
+    return report.quantized_row(choice, settings.qtype, after, Quantized(np.asarray(result.scales), np.zeros((), np.int8),
+                                                                         result.stats), to=settings.mx.name)
+
+
+def _written(writer, choice: Choice, qtype, settings: Settings, values, scale, zero_point, stats,
+             weight_scales: dict | None) -> dict:
+    """`QdqWriter.replace` with a weight's values (a TensorProto from `QdqWriter.sink`), scale and zero point;
+    its per-axis or per-tensor scale kept for the int32 biases of static quantization; its report row."""
+    found, gran = choice.found, choice.granularity
+    after = writer.replace(found, values, scale, zero_point if qtype.is_integer else None, gran, qtype)
+    if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
+        weight_scales[found.name] = np.asarray(scale, np.float32)
+    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
 
 
 def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: Settings, advance,
@@ -839,10 +847,7 @@ def _quantize_constant(source, model, writer, choice: Choice, qtype, settings: S
     stats = quantize_tensor(x, gran, qtype, scale, zero_point, sink, plot=settings.plot, progress=advance,
                             release=release)
     del x
-    after = writer.replace(found, finish(), scale, zero_point if qtype.is_integer else None, gran, qtype)
-    if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
-        weight_scales[found.name] = np.asarray(scale, np.float32)  # for the int32 biases of static quantization
-    return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
+    return _written(writer, choice, qtype, settings, finish(), scale, zero_point, stats, weight_scales)
 
 
 def _measure(measure: Evaluation, original, quantized, input_names: list[str], model) -> dict:

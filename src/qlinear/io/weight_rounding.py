@@ -10,14 +10,13 @@ operator without a Hessian here) is rounded to nearest, and its row says why.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import rounding
-from ..rounding.codec import Codec
-from . import hessians
+from ..rounding.codec import Codec, output_error
+from . import hessians, report
 from .errors import UserError
 from .plan import Choice, Settings, Stats
 from .quantization import _add_error
@@ -60,11 +59,14 @@ def _layer(model, choice: Choice):
     if node is None:
         return "its node has no name to find it by"
     layer = hessians.layer_of(node, found.name, found.shape)
-    constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                             for o in n.output}
-    if not isinstance(layer, str) and layer.state and layer.state in constants:
+    if not isinstance(layer, str) and layer.state and layer.state in _constant_names(model):
         return f"the {node.op_type}'s initial state is a constant (only computed states are collected)"
     return layer
+
+
+def _constant_names(model) -> set[str]:
+    return {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                        for o in n.output}
 
 
 def codec_for(choice: Choice, settings: Settings) -> Codec:
@@ -74,8 +76,8 @@ def codec_for(choice: Choice, settings: Settings) -> Codec:
 
 
 class Rounding:
-    """The weights of one quantization and their layers: `prepare`, then the Hessians collected (by
-    `collect`, or in the run that calibrates the activations: `also`), then `round_all`."""
+    """The weights of one quantization and their layers: made before the activations are calibrated (whose
+    run can carry the Hessians: `also`), then `run`."""
 
     def __init__(self, model, choices: list[Choice], settings: Settings):
         self.settings = settings
@@ -104,7 +106,7 @@ class Rounding:
         self.collector = hessians.Collector(self.collected, samples)
         return self.collector.names, self.collector.consume
 
-    def run(self, model, data, progress_factory) -> dict[str, Outcome]:
+    def run(self, model, data) -> dict[str, Outcome]:
         """Collect the Hessians (unless the activations' run did: `also`) and round every weight; the `Outcome`
         of each by name. The layers go in groups whose Hessians fit in `HESSIAN_BUDGET`, a pass over the
         samples per group, each group's Hessians dropped once its weights are rounded: memory stays within the
@@ -119,13 +121,14 @@ class Rounding:
         for index, group in enumerate(groups):
             if group and self.collector is None:
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
-                with progress_factory(data.samples, f"collecting {len(group)} layer Hessians{what} on {data.samples} "
-                                      f"samples", "samples") as advance:
+                with report.progress(data.samples, f"collecting {len(group)} layer Hessians{what} on "
+                                     f"{data.samples} samples", unit="samples") as advance:
                     hessians.collect(model.model, group, data, advance)
             names = {by_layer[id(layer)] for layer in group}
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}
-            with progress_factory(total, f"rounding {len(names)} weights ({self.settings.rounding})", "weights") as advance:
+            with report.progress(total, f"rounding {len(names)} weights ({self.settings.rounding})",
+                                 unit="weights") as advance:
                 for choice in self.chosen:
                     if choice.found.name in names:
                         self.outcomes[choice.found.name] = _round_one(model, choice, self.settings,
@@ -149,8 +152,7 @@ def _budgeted(layers: list) -> list[list]:
     groups, current, held = [], [], 0
     for members in shared.values():
         first = members[0]
-        size = 8 * first.features_count ** 2 * (first.group if first.op in ("Conv", "ConvTranspose") or first.recurrent
-                                                else 1)
+        size = 8 * first.features_count ** 2 * first.matrices
         if current and held + size > HESSIAN_BUDGET:
             groups.append(current)
             current, held = [], 0
@@ -169,48 +171,37 @@ def _round_one(model, choice: Choice, settings: Settings, layer, advance, factor
     try:
         if layer is None:
             result = rounding.round_weight(x, choice.granularity, codec, method)
-            output_db = {}
         else:
             if layer.rows == 0:
                 return Outcome(None, "rounded to nearest: the calibration samples never reached its layer")
             result = rounding.round_weight(x, choice.granularity, codec, method, layer.op, layer.group, layer.sums,
                                            layer.magnitudes, layer.rows, factors=factors)
-            output_db = _output_db(x, result, choice, settings, layer)
     except ValueError as error:
         raise UserError(f"--rounding {method}: {found.name!r}: {error}") from None
+    applied = result.values if result.channel_scales is None else _unscaled(result, layer, x)
+    output_db = _output_db(x, applied, choice, settings, layer) if layer is not None else {}
     stats = Stats()
-    restored = result.values if result.channel_scales is None else _unscaled(result, layer, x)
-    _add_error(stats, x.astype(np.float64), restored.astype(np.float64))
+    _add_error(stats, x.astype(np.float64), applied.astype(np.float64))
     advance(found.size)
     return Outcome(result, "", stats, output_db, layer)
 
 
 def _unscaled(result: rounding.Rounded, layer, x) -> np.ndarray:
     """AWQ: the weight the layer effectively applies, the rounded values divided by the channel scales."""
-    from ..rounding import _input_channels
-
-    channels = _input_channels(layer.op, x.shape, layer.group)
+    channels = rounding.input_channels(layer.op, x.shape, layer.group)
     return result.values / result.channel_scales.astype(np.float64)[channels]
 
 
-def _output_db(x, result: rounding.Rounded, choice: Choice, settings: Settings, layer) -> dict:
+def _output_db(x, applied: np.ndarray, choice: Choice, settings: Settings, layer) -> dict:
     """The layer's output SQNR on the calibration data, tr(W H Wᵀ) / tr(E H Eᵀ) in dB, for round-to-nearest
-    and for the method."""
+    and for the method (``applied``: the weight the layer computes with)."""
     from ..rounding.codec import Layout
 
     layout = Layout.of(layer.op, x.shape, layer.group)
     h = layer.sums
     w = layout.view(x).astype(np.float64)
-    signal = _weighted(w, h)
+    signal = output_error(w, h)
     nearest = rounding.round_weight(x, choice.granularity, codec_for(choice, settings), "rtn").values
-    chosen = result.values if result.channel_scales is None else _unscaled(result, layer, x)
-    figures = {}
-    for name, values in (("rtn", nearest), (settings.rounding, chosen)):
-        noise = _weighted(layout.view(values) - w, h)
-        figures[name] = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
-    return figures
+    return {name: Stats(signal=signal, noise=output_error(layout.view(values) - w, h)).sqnr_db
+            for name, values in (("rtn", nearest), (settings.rounding, applied))}
 
-
-def _weighted(m: np.ndarray, h: np.ndarray) -> float:
-    """Σ_g tr(M_g H_g M_gᵀ)."""
-    return float(np.einsum("grk,gkl,grl->", m, h, m, optimize=True))

@@ -71,34 +71,34 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
         if method == "hqq":
             from . import hqq
 
-            params.choose_all(matrices, lambda values: hqq.parameters(values, codec))  # (whatever codec.grid says)
+            params.choose_all(matrices, lambda values: hqq.parameters(values, codec))
         elif method != "awq":
             params.choose_all(matrices)
     if method in ("rtn", "hqq"):
-        codes, values = _nearest(matrices, groups, params, codec)
+        codes, _ = codec.round(matrices, *params.per_element())
     elif method == "gptq":
         from .gptq import gptq
 
-        codes, values = gptq(matrices, hessian, groups, codec, params, progress=progress, factors=factors)
+        codes, _ = gptq(matrices, hessian, groups, codec, params, progress=progress, factors=factors)
     elif method == "adaround":
         from .adaround import adaround
 
-        codes, values = adaround(matrices, hessian, groups, codec, params, rows, progress=progress)
+        codes, _ = adaround(matrices, hessian, groups, codec, params, rows, progress=progress)
     else:
         from .awq import awq
 
-        channels = layout.view(_input_channels(op, x.shape, group))[:, 0, :]
+        channels = layout.view(input_channels(op, x.shape, group))[:, 0, :]
         made: list[Parameters] = []
 
         def make_params() -> Parameters:
             made.append(Parameters(groups, codec))
             return made[-1]
-        codes, values, channel_scales = awq(matrices, hessian, magnitudes, channels, groups, codec, make_params, rows,
+        codes, _, channel_scales = awq(matrices, hessian, magnitudes, channels, groups, codec, make_params, rows,
                                             progress=progress)
         params = made[-1]  # the grid of the returned codes: the last one awq made
     scale, zero = params.stored(gran)
     # What the written DequantizeLinear computes, whatever arithmetic chose the codes.
-    values = codec.values(codes, params.effective[groups.of], params.zeros[groups.of] if params.zeros is not None else None)
+    values = codec.values(codes, *params.per_element())
     return Rounded(layout.unview(codes), scale, zero, layout.unview(values), codec.global_scale, channel_scales)
 
 
@@ -106,13 +106,7 @@ def _plain_layout(shape) -> Layout:
     return Layout(tuple(shape), np.arange(int(np.prod(shape)), dtype=np.int64).reshape(1, 1, -1))
 
 
-def _nearest(matrices, groups: Groups, params: Parameters, codec: Codec):
-    effective = params.effective[groups.of]
-    zero = params.zeros[groups.of] if params.zeros is not None else None
-    return codec.round(matrices, effective, zero)
-
-
-def _input_channels(op: str, shape, group: int) -> np.ndarray:
+def input_channels(op: str, shape, group: int) -> np.ndarray:
     """The input channel (of the layer's input tensor) that each element of a weight multiplies."""
     index = np.indices(shape, sparse=True)
     if op == "Conv":

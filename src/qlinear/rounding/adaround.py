@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codec import Codec, Groups, Parameters
+from .codec import Codec, Groups, Parameters, row_errors
 
 ZETA, GAMMA = 1.1, -0.1
 LAMBDA = 0.01  # the paper's regulariser weight
@@ -188,12 +188,6 @@ def on_grid(codec: Codec, q: np.ndarray, effective: np.ndarray, zero) -> tuple[n
     return codes, values
 
 
-def row_errors(values: np.ndarray, w: np.ndarray, hessians: np.ndarray) -> np.ndarray:
-    """[G, R]: each row's output error e H eᵀ."""
-    error = values - w
-    return np.sum(np.matmul(error, hessians) * error, axis=2)
-
-
 def adaround(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Codec, params: Parameters,
              rows: int, iterations: int = ITERATIONS, seed: int = 0, progress=None, lam: float = LAMBDA):
     """Round ``matrices`` [G, R, K] (float64) given ``hessians`` [G, K, K] summed over ``rows`` feature
@@ -208,8 +202,7 @@ def adaround(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: 
     w = np.asarray(matrices, np.float64)
     if not params.known.all():
         params.choose_all(w)
-    effective = params.effective[groups.of]
-    zero = params.zeros[groups.of] if params.zeros is not None else None
+    effective, zero = params.per_element()
     scale = np.asarray(effective, np.float64)
     zero64 = np.zeros_like(scale) if zero is None else np.asarray(zero, np.float64)
     h = np.asarray(hessians, np.float64)
@@ -218,7 +211,7 @@ def adaround(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: 
     codes, values = on_grid(codec, objective.codes(v), effective, zero)
     # The safeguard: a row keeps round-to-nearest where that is better on the calibration data.
     near_codes, near_values = codec.round(w, effective, zero)
-    worse = row_errors(values, w, h) > row_errors(near_values, w, h)
+    worse = row_errors(values - w, h) > row_errors(near_values - w, h)
     codes[worse] = near_codes[worse]
     values[worse] = near_values[worse]
     return codes, values

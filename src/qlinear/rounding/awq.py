@@ -35,7 +35,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from .codec import Codec, Groups, Parameters, _runs
+from .codec import Codec, Groups, Parameters, block_runs, output_error
 
 GRID = 20  # α = 0, 1/GRID, ..., (GRID - 1) / GRID
 MIN_SCALE = 1e-4
@@ -64,19 +64,11 @@ def channel_scales(means: np.ndarray, present: np.ndarray, alpha: float) -> np.n
     return s.astype(np.float32)
 
 
-def output_error(matrices: np.ndarray, hessians: np.ndarray, restored: np.ndarray) -> float:
-    """Σ_g tr(E H Eᵀ), E = restored − matrices: the squared output error summed over the calibration rows."""
-    error = np.asarray(restored, np.float64) - matrices
-    return float(np.sum(np.matmul(error, hessians) * error))
-
-
 def quantize(scaled: np.ndarray, groups: Groups, codec: Codec, params: Parameters, chosen_from=None):
     """(codes, values) of ``scaled`` [G, R, K] on the grid ``params`` chooses from ``chosen_from``
     (default: ``scaled`` itself)."""
     params.choose_all(scaled if chosen_from is None else chosen_from)
-    effective = params.effective[groups.of]
-    zero = params.zeros[groups.of] if params.zeros is not None else None
-    return codec.round(scaled, effective, zero)
+    return codec.round(scaled, *params.per_element())
 
 
 def _column_scales(scales: np.ndarray, channels: np.ndarray) -> np.ndarray:
@@ -94,7 +86,7 @@ def search_scales(matrices, hessians, means, present, channels, groups: Groups, 
         scaled = matrices * columns
         codec.prepare(scaled)
         _, values = quantize(scaled, groups, codec, make_params())
-        losses.append(output_error(matrices, hessians, values / columns))
+        losses.append(output_error(values / columns - matrices, hessians))
         if progress is not None:
             progress()
     return alphas, losses
@@ -150,7 +142,7 @@ def awq(matrices: np.ndarray, hessians: np.ndarray, magnitudes: np.ndarray, chan
     ``progress(n)`` is told of the columns done, G·K in all."""
     w = np.asarray(matrices, np.float64)
     h = np.asarray(hessians, np.float64)
-    runs = groups.starts if groups.starts is not None else _runs(groups.of)
+    runs = groups.starts if groups.starts is not None else block_runs(groups.of)
     clip = clip and runs is not None
     steps = GRID + (int(MAX_SHRINK * CLIP_GRID) if clip else 0) + 1
     units, done = w.shape[0] * w.shape[2], [0, 0]
@@ -176,7 +168,7 @@ def awq(matrices: np.ndarray, hessians: np.ndarray, magnitudes: np.ndarray, chan
             bound = (ratios * maxima)[groups.of]
             clamped = np.clip(scaled, -bound, bound)
             _, values = quantize(scaled, groups, codec, make_params(), clamped)
-            if output_error(w, h, values / columns) <= min(losses):
+            if output_error(values / columns - w, h) <= min(losses):
                 chosen_from = clamped
     codes, values = quantize(scaled, groups, codec, make_params(), chosen_from)
     step()

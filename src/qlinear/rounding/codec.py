@@ -45,8 +45,8 @@ class Layout:
     def view(self, tensor) -> np.ndarray:
         return np.asarray(tensor).reshape(-1)[self.index]
 
-    def unview(self, matrices: np.ndarray, dtype=None) -> np.ndarray:
-        out = np.empty(math.prod(self.shape), dtype or matrices.dtype)
+    def unview(self, matrices: np.ndarray) -> np.ndarray:
+        out = np.empty(math.prod(self.shape), matrices.dtype)
         out[self.index.reshape(-1)] = matrices.reshape(-1)
         return out.reshape(self.shape)
 
@@ -90,6 +90,17 @@ class Layout:
         return cls(tuple(shape), np.ascontiguousarray(index))
 
 
+def row_errors(error: np.ndarray, hessians: np.ndarray) -> np.ndarray:
+    """[G, R]: each row's ``e H eᵀ`` of ``error`` [G, R, K] under ``hessians`` [G, K, K]: the squared output
+    error a weight error causes, summed over the calibration rows."""
+    return np.sum(np.matmul(error, hessians) * error, axis=2)
+
+
+def output_error(error: np.ndarray, hessians: np.ndarray) -> float:
+    """Σ_g tr(E_g H_g E_gᵀ): `row_errors` summed."""
+    return float(np.sum(np.matmul(error, hessians) * error))
+
+
 # ----------------------------------------------------------------------------------------------------
 # Quantization groups on the matrices
 
@@ -110,23 +121,13 @@ class Groups:
     def of_granularity(cls, layout: Layout, gran: Granularity, runs: bool = True) -> "Groups":
         """``runs``: find the runs of blocks along the columns (what GPTQ chooses blocks by); without it the
         parameters are chosen once."""
-        shape = layout.shape
         count = math.prod(gran.param_shape)
-        if gran.kind == "tensor":
-            flat = np.zeros(shape, np.int64)
-        else:
-            grid = np.indices(shape, sparse=True)
-            coords = list(grid)
-            if gran.kind == "block":
-                coords[gran.axis] = coords[gran.axis] // gran.block_size
-            flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*coords)), gran.param_shape) \
-                if gran.kind == "block" else np.broadcast_to(coords[gran.axis], shape)
-            flat = np.asarray(flat, np.int64)
-        of = layout.view(flat)
-        return cls(of, count, _runs(of) if gran.kind == "block" and runs else None)
+        positions = np.arange(count, dtype=np.int64).reshape(gran.param_shape)
+        of = layout.view(np.broadcast_to(gran.expand(positions), layout.shape))
+        return cls(of, count, block_runs(of) if gran.kind == "block" and runs else None)
 
 
-def _runs(of: np.ndarray):
+def block_runs(of: np.ndarray):
     """The column starts of the groups of each matrix when they form runs of consecutive columns that
     start together in every row and belong to one row each; None otherwise."""
     starts = []
@@ -164,7 +165,6 @@ class Codec:
         self.weight_dtype = np.dtype(weight_dtype)
         self.scale_dtype = np.dtype(scale_dtype)
         self.global_scale = None  # NVFP4: set by `prepare`
-        self.grid = "minmax"  # how a group's parameters are chosen: "minmax", or "hqq" (`hqq.parameters`)
 
     @property
     def integer(self) -> bool:
@@ -180,16 +180,9 @@ class Codec:
             self.global_scale = np.asarray(g, np.float32).reshape(())
 
     def choose(self, values: np.ndarray):
-        """Parameters of groups, one per row of ``values`` [n, m] (the group's elements along the row):
-        (stored scales, stored zero points or None, effective scales), each of length n."""
-        if self.grid == "hqq":
-            from . import hqq
-
-            return hqq.parameters(values, self)
-        return self.minmax(values)
-
-    def minmax(self, values: np.ndarray):
-        """`choose` by each group's min and max, as round-to-nearest has it."""
+        """Parameters of groups, one per row of ``values`` [n, m] (the group's elements along the row), by
+        each group's min and max as round-to-nearest has it: (stored scales, stored zero points or None,
+        effective scales), each of length n."""
         values = np.asarray(values, np.float64)
         if self.fmt is None:
             scale, zero = calibrate.parameters(values.min(axis=1), values.max(axis=1), self.qtype, self.symmetric,
@@ -290,6 +283,11 @@ class Parameters:
         if self.known[at].all():
             return
         self._store(at, *self.codec.choose(matrix[:, start:stop]))
+
+    def per_element(self):
+        """(effective scales, zero points or None) of every matrix element, [G, R, K] each."""
+        of = self.groups.of
+        return self.effective[of], (self.zeros[of] if self.zeros is not None else None)
 
     def column(self, g: int, j: int):
         """(effective scales, zero points or None) of column ``j`` of matrix ``g``, per row."""

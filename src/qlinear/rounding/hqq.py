@@ -67,7 +67,7 @@ def parameters(values: np.ndarray, codec, iterations: int = ITERATIONS):
 
     qtype = codec.qtype
     w = np.asarray(values, np.float64)
-    scale, zero, _ = codec.minmax(w)
+    scale, zero, _ = codec.choose(w)
     s = np.asarray(scale, np.float64)
     z = np.asarray(zero, np.float64)
     if not codec.symmetric:
@@ -79,7 +79,7 @@ def parameters(values: np.ndarray, codec, iterations: int = ITERATIONS):
         denominator = (q * q).sum(axis=1)
         fitted = np.where(denominator > 0, (w * q).sum(axis=1) / np.where(denominator > 0, denominator, 1.0), s)
         fitted = np.where(fitted > 0, fitted, s)
-        candidate = calibrate._storable_scale(fitted, codec.scale_dtype).astype(np.float64)
+        candidate = calibrate.storable_scale(fitted, codec.scale_dtype).astype(np.float64)
         error = _squared_error(w, candidate, z, qtype)
         better = error < best
         s = np.where(better, candidate, s)
