@@ -160,7 +160,7 @@ def _add_quantize(commands) -> None:
     # qlinear.mx.SCALE_RULES and NVFP4_RULES, written out: --help imports no numpy
     p.add_argument("--scale-rule", choices=("floor", "ceil", "even", "modelopt"),
                    help="MX formats: how a block's power-of-two scale is chosen: floor (default, OCP MX v1.0: the "
-                   "block maximum may clip), ceil (never clips: cuBLAS, CUDA), even (torchao); nvfp4: modelopt "
+                   "block maximum may clip; mxfp4 rounded by gptq defaults to even, measured better), ceil (never clips: cuBLAS, CUDA), even (torchao); nvfp4: modelopt "
                    "(TensorRT Model Optimizer's scales and codes, bit for bit) instead of the exact rule")
     p.add_argument("--granularity", choices=("tensor", "axis", "block"),
                    help="one scale per tensor, per slice along the axis, or per block along the axis (default: axis "

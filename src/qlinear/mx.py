@@ -30,6 +30,8 @@ from .kernels import mx as _kernels
 from .reference import mx as ref
 from .reference.mx import FORMATS, NVFP4_RULES, SCALE_RULES, MXFormat
 
+DEFAULT_SCALE_RULE = "floor"  # OCP MX v1.0's
+
 __all__ = ["FORMATS", "SCALE_RULES", "NVFP4_RULES", "MXFormat", "quantize", "dequantize", "onnx_scales", "format_of"]
 
 _INPUT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
@@ -124,7 +126,7 @@ def quantize(x, fmt: str, axis: int = -1, scale_rule: str | None = None, global_
     elif global_scale is not None:
         raise ValueError(f"{function}: global_scale is NVFP4's tensor scale; {f.name} takes none")
     elif scale_rule is None:
-        scale_rule = "floor"
+        scale_rule = DEFAULT_SCALE_RULE
     elif scale_rule not in SCALE_RULES:
         raise ValueError(f"{function}: scale_rule must be one of {', '.join(SCALE_RULES)}, got {scale_rule!r}")
     if is_dask_array(x):  # lazily, chunk by chunk, each chunk through this function

@@ -493,6 +493,27 @@ def test_constant_nodes_in_the_main_graph(tmp_path, capsys):
     assert [op for op, _ in ops[4:]] == ["Constant", "MatMul", "Add"]
 
 
+@pytest.mark.parametrize("dtype", ["float6e2m3", "mxfp6_e3m2"])
+def test_codes_of_a_type_the_constant_operator_does_not_take_become_an_initializer(tmp_path, capsys, dtype):
+    """float6 codes: DequantizeLinear takes them, a Constant node may not hold them (onnx.checker), so a Constant
+    node's weight leaves its codes in an initializer of the same graph; they are the codes an initializer weight
+    gets, and the model passes the full check (`_quantize`)."""
+    rng = np.random.default_rng(18)
+    w = _normal(rng, 64, 8)
+    as_constant = _model([_const("w", w), helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                         {"x": (FLOAT, [3, 64])}, ["y"])
+    as_initializer = _model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], {"x": (FLOAT, [3, 64])}, ["y"],
+                            [_init("w", w)])
+    _, quantized = _quantize(tmp_path, capsys, as_constant, dtype, name="constant")
+    _, reference = _quantize(tmp_path, capsys, as_initializer, dtype, name="initializer")
+    (codes,) = [t for t in quantized.graph.initializer]
+    assert codes.name == "w_quantized"
+    assert codes.SerializeToString() == next(t for t in reference.graph.initializer
+                                             if t.name == "w_quantized").SerializeToString()
+    constants = [n.output[0] for n in quantized.graph.node if n.op_type == "Constant"]
+    assert "w_scale" in constants and "w_quantized" not in constants
+
+
 def _branch(name, nodes, output, initializers=(), shape=(3, 8)):
     return helper.make_graph(nodes, name, [], [_value(output, FLOAT, list(shape))], list(initializers))
 

@@ -159,6 +159,22 @@ def test_gptq_rounds_the_microscaling_formats(net, tmp_path, capsys, dtype):
             assert row["output_sqnr_db"]["gptq"] > row["output_sqnr_db"]["rtn"], row
 
 
+def test_mxfp4_with_gptq_takes_the_even_scale_rule_unless_one_is_given(net, tmp_path, capsys):
+    model, data, _ = net
+    cases = ((("--calibrate", data, "--activations", "float"), "even"),  # the default measured on the corpus
+             (("--calibrate", data, "--activations", "float", "--scale-rule", "floor"), "floor"),
+             (("--calibrate", data, "--activations", "float", "--rounding", "rtn"), "floor"),
+             ((), "floor"))
+    for index, (options, rule) in enumerate(cases):
+        code, report, err = _quantize(capsys, model, "--dtype", "mxfp4", "-o", tmp_path / f"{index}.onnx", *options)
+        assert code == 0, err
+        assert {r.get("scale_rule") for r in report["tensors"] if r["quantized"]} == {rule}, options
+    code = main(["quantize", str(model), "--dtype", "mxfp4", "-o", str(tmp_path / "t.onnx"), "--force", "--calibrate",
+                 str(data), "--activations", "float"])
+    assert code == 0
+    assert "MX scale rule: even" in capsys.readouterr().out
+
+
 def test_a_weight_inside_a_subgraph_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, mx
 from ..granularity import Granularity
 from . import evaluation, latency, report, select, static_quantization, streaming, weight_rounding
 from .atomic import atomic_files, atomic_output, atomic_store
@@ -809,8 +809,11 @@ def _written_mx(writer, choice: Choice, settings: Settings, result: MXQuantized)
     """`QdqWriter.replace_mx` with an MX weight's codes and scales; its report row."""
     after = writer.replace_mx(choice.found, settings.mx, result.codes, result.scales, result.global_scale,
                               choice.granularity)
-    return report.quantized_row(choice, settings.qtype, after, Quantized(np.asarray(result.scales), np.zeros((), np.int8),
-                                                                         result.stats), to=settings.mx.name)
+    row = report.quantized_row(choice, settings.qtype, after, Quantized(np.asarray(result.scales), np.zeros((), np.int8),
+                                                                        result.stats), to=settings.mx.name)
+    if settings.mx.name != "nvfp4":  # the power-of-two scales' rule, which --rounding gptq changes for mxfp4
+        row["scale_rule"] = settings.scale_rule or mx.DEFAULT_SCALE_RULE
+    return row
 
 
 def _written(writer, choice: Choice, qtype, settings: Settings, values, scale, zero_point, stats,

@@ -222,6 +222,9 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         if "sqnr_db" in totals:
             line += f", overall SQNR {_db(totals['sqnr_db'])} dB, max |err| {_err(totals['max_abs_error'])}"
     console.print(line)
+    rules = sorted({row["scale_rule"] for row in report["tensors"] if row.get("scale_rule")})
+    if rules:
+        console.print(f"MX scale rule: {', '.join(rules)}")
     weights = totals.get("weights")
     if weights and weights["bytes"]:
         places = ", ".join(f"{name}: {v['quantized_tensors']} of {v['tensors']}, {_bytes(v['quantized_bytes'])} of "
