@@ -103,3 +103,28 @@ def test_calibration_and_comparison_in_segments(tmp_path, monkeypatch):
     agreements = compare(model, model, NAMES, data)
     for name in NAMES:
         assert agreements[name].noise == 0.0 and agreements[name].signal > 0.0, name
+
+
+def test_what_the_same_run_also_collects_comes_out_of_the_segments_budget(tmp_path, monkeypatch):
+    """`collect(also=...)` (the layers' Hessians from the activations' run): the bytes they hold are taken from
+    the segments' budget, down to a quarter of it, and every exposed tensor still reaches ``consume``."""
+    from qlinear.io import activation_calibration
+
+    model = _model()
+    samples = np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=samples)
+    data = CalibrationData.open([tmp_path / "calib.npz"], ["x"])
+    budgets = []
+
+    class Recorded(Segments):
+        def __init__(self, *args):
+            budgets.append(args[3])
+            super().__init__(*args)
+
+    monkeypatch.setattr(activation_calibration, "Segments", Recorded)
+    monkeypatch.setattr(activation_calibration, "GROUP_BYTES", 4000)
+    seen = []
+    for held, budget in ((1000, 3000), (3900, 1000)):
+        collect(model, NAMES[:2], data, also=(NAMES[2:], lambda values: seen.extend(values), held))
+        assert budgets[-1] == budget
+    assert sorted(set(seen)) == sorted(NAMES)

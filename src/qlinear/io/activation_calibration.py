@@ -277,10 +277,12 @@ def _session(model, names: list[str]):
 def collect(model, names: list[str], data: CalibrationData, progress=None, max_bins: int = 2048,
             also=None) -> dict[str, Observer]:
     """An observer per tensor of ``names`` (of ``model``, a ModelProto), fed every sample of ``data``.
-    ``also``: (more names, ``consume(values)``): tensors exposed in the same run and handed, a segment's at
-    a time, to ``consume`` (the layers' input Hessians of `hessians`)."""
-    more, consume = also if also is not None else ((), None)
-    run = Segments(model, list(dict.fromkeys(list(names) + list(more))), first(data))
+    ``also``: (more names, ``consume(values)``, bytes ``consume`` holds): tensors exposed in the same run and
+    handed, a segment's at a time, to ``consume`` (the layers' input Hessians of `hessians`); what it holds
+    comes out of the segments' budget, so that the run stays within one budget."""
+    more, consume, held = also if also is not None else ((), None, 0)
+    budget = max(GROUP_BYTES - held, GROUP_BYTES // 4)
+    run = Segments(model, list(dict.fromkeys(list(names) + list(more))), first(data), budget)
     observers = {name: Observer(max_bins=max_bins) for name in names}
     with _Updater(observers) as update:
         for feeds in data:

@@ -296,6 +296,11 @@ class Collector:
             layer.limit = min(MAX_ROWS, -(-total // max(1, samples)))
             self.by_input.setdefault(layer.input, []).append(layer)
 
+    def held_bytes(self) -> int:
+        """What the collection holds while the samples run: each shared Hessian (float64), its float32 product
+        as it is added, and its buffer of feature vectors."""
+        return sum(12 * leader.features_count ** 2 * leader.matrices + FLUSH_BYTES for leader in self.leaders)
+
     def consume(self, values: dict) -> None:
         for name, value in values.items():
             if name in self.states:

@@ -99,12 +99,13 @@ class Rounding:
         self.factors: dict = {}  # GPTQ's Hessian factors, shared by the weights that read one input
 
     def also(self, samples: int):
-        """(names, consume) for `activation_calibration.collect`: the Hessians from the same run, where they fit
-        in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each); None if not."""
+        """(names, consume, bytes held) for `activation_calibration.collect`: the Hessians from the same run,
+        where they fit in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each);
+        None if not."""
         if not self.collected or len(_budgeted(self.collected)) > 1:
             return None
         self.collector = hessians.Collector(self.collected, samples)
-        return self.collector.names, self.collector.consume
+        return self.collector.names, self.collector.consume, self.collector.held_bytes()
 
     def run(self, model, data) -> dict[str, Outcome]:
         """Collect the Hessians (unless the activations' run did: `also`) and round every weight; the `Outcome`
