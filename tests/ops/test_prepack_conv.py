@@ -38,3 +38,61 @@ def test_prepacked_weights_must_be_used_with_their_zero_point_and_group():
         qlinear.prepack_conv(w, np.int8(1), group=3)
     with pytest.raises(TypeError, match=r"prepack_conv: w must"):
         qlinear.prepack_conv(w.astype(np.int16), 0)
+
+
+def _reference_qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, pads, strides, group):
+    from qlinear.reference.requantize import requantize, requantize_multiplier
+
+    acc = conv_accumulate(x, x_zp, w, w_zp, bias, group=group, strides=tuple(strides), dilations=(1, 1),
+                          pads_begin=tuple(pads[:2]), pads_end=tuple(pads[2:]))
+    w_scale = np.asarray(w_scale)
+    multiplier = requantize_multiplier(x_scale, w_scale.reshape(1, -1, 1, 1) if w_scale.ndim else w_scale, y_scale,
+                                       "float64", x.dtype)
+    return requantize(acc, multiplier, y_zp, "float64")
+
+
+def test_a_repeated_call_reuses_its_launch_and_never_a_stale_one():
+    """A call on prepacked weights with the arguments of an earlier one runs that call's prepared launch
+    (packed.calls): the result is the reference's every time, including after the caller changes a scale, the
+    bias or a zero point in place, switches the kernel path, or passes arguments that must still be refused."""
+    from qlinear.kernels import integer_gemm
+
+    rng = np.random.default_rng(11)
+    w = rng.integers(-128, 128, size=(16, 8, 3, 3), dtype=np.int8)
+    packed = qlinear.prepack_conv(w, np.int8(0))
+    w_scale = np.linspace(0.01, 0.02, 16).astype(np.float32)
+    bias = rng.integers(-5000, 5000, size=16).astype(np.int32)
+    x_scale, x_zp, y_zp = np.float32(0.02), np.uint8(7), np.int8(-3)
+
+    def call(x, y_scale=np.float32(0.5)):
+        return qlinear.qlinear_conv(x, x_scale, x_zp, packed, w_scale, np.int8(0), y_scale, y_zp, bias,
+                                    pads=[1, 1, 1, 1], strides=[2, 2])
+
+    def expected(x, y_scale=np.float32(0.5)):
+        return _reference_qlinear_conv(x, x_scale, x_zp, w, w_scale, np.int8(0), y_scale, y_zp, bias,
+                                       [1, 1, 1, 1], [2, 2], 1)
+
+    for _ in range(3):  # new data each call, one launch
+        x = rng.integers(0, 256, size=(1, 8, 12, 12), dtype=np.uint8)
+        np.testing.assert_array_equal(call(x), expected(x))
+    assert len(packed.calls) == 1
+    w_scale[3] *= 2  # in place: a new key, a new launch
+    bias[0] += 1000
+    np.testing.assert_array_equal(call(x), expected(x))
+    np.testing.assert_array_equal(call(x, np.float32(0.25)), expected(x, np.float32(0.25)))
+    assert len(packed.calls) == 3
+    for path in integer_gemm.available_paths():
+        with integer_gemm.force_path(path):
+            np.testing.assert_array_equal(call(x), expected(x))
+    with pytest.raises(TypeError, match="qlinear_conv: x must have dtype"):
+        call(x.astype(np.int16))
+    with pytest.raises(ValueError, match="y_scale must be positive and finite"):
+        call(x, np.float32(np.nan))
+    with pytest.raises(TypeError, match="pads must be a sequence of integers"):
+        qlinear.qlinear_conv(x, x_scale, x_zp, packed, w_scale, np.int8(0), np.float32(0.5), y_zp, bias,
+                             pads=[1.0, 1, 1, 1], strides=[2, 2])
+    acc = qlinear.conv_integer(x, packed, x_zp, np.int8(0), pads=[1, 1, 1, 1], strides=[2, 2])
+    np.testing.assert_array_equal(qlinear.conv_integer(x, packed, x_zp, np.int8(0), pads=[1, 1, 1, 1], strides=[2, 2]),
+                                  acc)
+    np.testing.assert_array_equal(acc, conv_accumulate(x, x_zp, w, np.int8(0), None, group=1, strides=(2, 2),
+                                                       dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1)))

@@ -78,6 +78,7 @@ class PackedConv:
         self.depthwise = self.group_channels == 1 and self.group > 1
         self.zero_bias = np.zeros(self.out_channels, np.int32)
         self.plans: dict = {}
+        self.calls: dict = {}  # prepared launches of repeated calls, by the caller's key (ops.qlinear_conv)
         if self.depthwise:
             zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
@@ -961,11 +962,21 @@ def _row_terms(weight_plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq):
 
 def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path: str | None = None) -> np.ndarray:
     """Exact N-D convolution accumulator (N, M, O...) int32, or its requantization (see module docstring)."""
-    func = "conv"
     x = np.asarray(x)
     if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or x.ndim != packed.w.ndim:
-        raise ValueError(f"{func}: x must be an int8/uint8 array with {packed.w.ndim} dimensions, got {x.dtype} {x.shape}")
-    n_spatial = x.ndim - 2
+        raise ValueError(f"conv: x must be an int8/uint8 array with {packed.w.ndim} dimensions, got {x.dtype} {x.shape}")
+    return prepare(x.shape, x.dtype, x_zero_point, packed, bias, geometry, requant, path).run(x)
+
+
+def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, requant=None,
+            path: str | None = None) -> ConvLaunch:
+    """Everything a `conv` call decides before it reads x's values, for x of this shape and dtype: the plan,
+    the kernel, its arguments. A caller that repeats a call (`qlinear_conv` with the same arguments) keeps the
+    launch and calls `ConvLaunch.run` with each new x, which then costs the kernel and the output's allocation.
+    ``bias`` and ``requant`` must not change while the launch is kept (callers pass copies)."""
+    func = "conv"
+    x_dtype = np.dtype(x_dtype)
+    n_spatial = len(x_shape) - 2
     if n_spatial > 3:
         raise ValueError(f"{func}: at most 3 spatial dimensions are supported, got {n_spatial}")
     strides, dilations, pads_begin, pads_end = _geometry(func, geometry, n_spatial)
@@ -973,7 +984,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
     gg = geometry.get("group") if isinstance(geometry, dict) else getattr(geometry, "group", None)
     if gg is not None and int(gg) != group:
         raise ValueError(f"{func}: geometry.group={gg} but the weights were packed with group={group}")
-    n_img, c_in = x.shape[:2]
+    n_img, c_in = x_shape[:2]
     if c_in != packed.group_channels * group:
         raise ValueError(f"{func}: x has C={c_in} channels; the weights expect {packed.group_channels * group}")
     m_total = packed.out_channels
@@ -984,7 +995,7 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
         bias = bias.reshape(-1)
     za = ig.scalar_int(x_zero_point)
     path = ig.current_path(path)
-    key = (x.shape, strides, dilations, pads_begin, pads_end, path)
+    key = (tuple(x_shape), strides, dilations, pads_begin, pads_end, path)
     weight_plan = packed.plans.get(key)
     if weight_plan is None:
         weight_plan = _WeightPlan(_shared_plan(packed, key), packed)
@@ -992,129 +1003,177 @@ def conv(x, x_zero_point, packed: PackedConv, bias, geometry, requant=None, path
             packed.plans.clear()
         packed.plans[key] = weight_plan
     plan = weight_plan.plan
-    out_shape = plan.out_shape
-    positions = plan.positions
-    rq = ig.Requant(func, requant, m_total, positions, weights_on_rows=True)
+    rq = ig.Requant(func, requant, m_total, plan.positions, weights_on_rows=True)
     k_total = packed.group_channels * packed.taps
-
-    lo, hi = (-128, 127) if x.dtype == np.int8 else (0, 255)
-    worst = max(hi - za, za - lo)
-    bound = packed.bound(worst, bias)
-    wide = bound > ig.INT32_MAX and packed.bound(ig.activation_abs_max(x, za), bias) > ig.INT32_MAX
+    lo, hi = (-128, 127) if x_dtype == np.int8 else (0, 255)
+    bound = packed.bound(max(hi - za, za - lo), bias)
     rq.fuse(bound)
-    if path == "blas" or wide or x.size == 0 or m_total == 0 or k_total == 0:
-        acc = _fallback.conv_exact(func, x, za, packed.w, packed.w_zero_point, bias, group,
-                                   strides, dilations, pads_begin, pads_end)
-        if rq.mode == 0:
-            return acc
-        mult = rq.raw.reshape((1, -1) + (1,) * n_spatial) if rq.raw.size > 1 else rq.raw
-        return _fallback.requantize(acc, mult, rq.yzp, rq.y_dtype, rq.mode_name)
+    launch = ConvLaunch(packed, plan, rq, za, bias, path, x_dtype,
+                        (strides, dilations, pads_begin, pads_end), bound > ig.INT32_MAX)
+    if path == "blas" or len(x_shape) and math.prod(x_shape) == 0 or m_total == 0 or k_total == 0:
+        launch.kind = "exact"
+        return launch
 
     bias_full = bias if bias is not None else packed.zero_bias
+    launch.flip, launch.zau = (0x80, za + 128) if x_dtype == np.int8 else (0, za)
     kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
+    tail = (rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax)
     if (_DW_PERM and packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
             and path == "avx512vnni" and _has_vbmi()
             and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
         # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
         # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
-        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
-        wt = packed.centered_taps_first()
         tab, pads, wins, win_end = plan.dw_perm()
-        serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
-        ig.call_parallel(_depthwise3x3_perm, xc, np.int32(flip), np.int32(zau), packed.depthwise_vnni_rows(), wt,
-                         bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4], tab, pads,
-                         wins, win_end, wins.shape[0], plan.positions, rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin,
-                         rq.qmax, flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
-                         1 if serial else ig.threads.get_num_threads(), serial=serial)
-        return out
+        launch.kind, launch.kernel = "perm", _depthwise3x3_perm
+        launch.args = ((np.int32(launch.flip), np.int32(launch.zau), packed.depthwise_vnni_rows(),
+                        packed.centered_taps_first(), bias_full, n_img, c_in,
+                        plan.x3_shape[3] * plan.x3_shape[4], tab, pads, wins, win_end, wins.shape[0],
+                        plan.positions) + tail,)
+        launch.serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
+        return launch
 
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
             and s3 in ((1, 1, 1), (1, 2, 2))
             and plan.positions <= (_DW_CL_MAX_OUT if s3[2] == 1 else _DW_CL_MAX_OUT_S2)):
         # small output planes: vectorised across channels (channels-last copy made inside the kernel)
-        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
-        wt = packed.centered_taps_first()
         kernel, wq = _depthwise3x3_cl, ()
         if _DW_VNNI and path in ("avx512vnni", "avxvnni"):
             rows = packed.depthwise_vnni_rows()
             if rows is not None:
                 kernel, wq = _depthwise3x3_cl_vnni, (rows, path == "avx512vnni")
-        ig.call_parallel(kernel, xc, np.uint8(flip), np.int32(zau), *wq, wt, bias_full,
-                         n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
-                         plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
-                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                         flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8,
-                         serial=n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS)
-        return out
+        launch.kind, launch.kernel = "direct", kernel
+        launch.args = ((np.uint8(launch.flip), np.int32(launch.zau)) + wq
+                       + (packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4],
+                          plan.pb3[1], plan.pb3[2], plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2],
+                          out3[1], out3[2]) + tail,)
+        launch.serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
+        return launch
 
     if (packed.depthwise and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3) and s3 in ((1, 1, 1), (1, 2, 2))
-            and (s3[2] == 2 or _DW_SPLIT_STRIDE1) and x.shape[-1] * x.shape[-2] >= _DW_SPLIT_MIN_PLANE):
+            and (s3[2] == 2 or _DW_SPLIT_STRIDE1) and x_shape[-1] * x_shape[-2] >= _DW_SPLIT_MIN_PLANE):
         # pads (and phase-splits) the input itself, channel by channel, flipping int8 to uint8 on the way
-        out, flat, xc, flip, zau = _direct_operands(x, za, out_shape, rq.y_dtype)
-        ig.call_parallel(_depthwise3x3, xc, np.uint8(flip), np.int32(zau),
-                         packed.w_centered, bias_full, m_total // c_in, n_img, c_in,
-                         plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
-                         plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2],
-                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                         flat if rq.mode == 0 else _EMPTY32, flat.view(np.uint8) if rq.mode != 0 else _EMPTY8)
-        return out
+        launch.kind, launch.kernel = "direct", _depthwise3x3
+        launch.args = ((np.uint8(launch.flip), np.int32(launch.zau), packed.w_centered, bias_full,
+                        m_total // c_in, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
+                        plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2]) + tail,)
+        return launch
 
-    flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
-    xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-    # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
-    # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
-    if plan.poly:
-        xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
-        _pad_phases2(xc, np.uint8(flip), np.uint8(zau), xflat, n_img * c_in, plan.x3_shape[3], plan.x3_shape[4],
-                     plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
-    elif not plan.padded and not packed.depthwise and plan.virtual and not flip and x.flags.c_contiguous:
-        xflat = x.reshape(-1)
-    else:
-        # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
-        xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
-        _pad_input(xc, np.uint8(flip), np.uint8(zau), xflat, n_img * c_in, *plan.x3_shape[2:], *plan.xp_shape[2:],
-                   *plan.pb3)
     dp, hp, wp = plan.xp_shape[2:]
-    out = np.empty(out_shape, rq.y_dtype)
-    flat = out.reshape(-1)
-    out32 = flat if rq.mode == 0 else _EMPTY32
-    out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY8
-
     if packed.depthwise:
-        ig.call_parallel(_depthwise, xflat, np.int32(zau), packed.w_centered, bias_full, m_total // c_in,
-                         n_img, c_in, dp, hp, wp, kern3[0], kern3[1], kern3[2], d3[0], d3[1], d3[2],
-                         s3[0], s3[1], s3[2], out3[0], out3[1], out3[2],
-                         rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax, out32, out8, _FUSE_DW3X3)
-        return out
+        launch.kind, launch.kernel = "padded", _depthwise
+        launch.args = ((np.int32(launch.zau), packed.w_centered, bias_full, m_total // c_in, n_img, c_in, dp, hp,
+                        wp, kern3[0], kern3[1], kern3[2], d3[0], d3[1], d3[2], s3[0], s3[1], s3[2], out3[0],
+                        out3[1], out3[2]) + tail,)
+        return launch
 
     mr = plan.mr
     cg = packed.group_channels
     m_g = m_total // group
     mb, nb = ig.block_sizes(m_g, plan.q_total, mr, plan.nr, 0)
     if plan.phase:
-        xph = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
-        xph[n_img * plan.phase_img:] = 0
-        ig.call_parallel(_phase_split, xflat, xph, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
-                         s3[1], s3[2], plan.hs, out3[2])
-        src, img_stride, chan_stride = xph, plan.phase_img, cg * plan.chan
+        img_stride, chan_stride = plan.phase_img, cg * plan.chan
     elif plan.poly:
-        src, img_stride, chan_stride = xflat, plan.poly_img, cg * plan.chan
+        img_stride, chan_stride = plan.poly_img, cg * plan.chan
     else:
-        src, img_stride, chan_stride = xflat, c_in * plan.plane, cg * plan.plane
+        img_stride, chan_stride = c_in * plan.plane, cg * plan.plane
     # im2col and the GEMM in one parallel region (see _drivers.CONV_TEMPLATE), one per group
-    fused = ig.conv_driver(path)
-    n_workers = ig.threads.get_num_threads()
+    launch.kind, launch.kernel = "gemm", ig.conv_driver(path)
     virtual = plan.phase or plan.virtual or plan.poly
     pan_per_img = plan.pan_per_img if virtual else 0
+    launch.args = []
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
-        rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, zau, bias_full, rq)
-        ig.call_parallel(fused, p_w, ks, m_g, plan.q_total, mb, nb, n_workers, src, plan.koff, k_total,
-                         virtual, n_img, img_stride, gi * chan_stride, pan_per_img,
-                         out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
-                         rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult), rq.rs, 0, rq.mode,
-                         rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off, out32, out8)
-    return out
+        rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
+        launch.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (virtual, n_img, img_stride, gi * chan_stride,
+                            pan_per_img, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
+                            rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
+                            rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
+    return launch
+
+
+class ConvLaunch:
+    """A convolution call prepared for inputs of one shape and dtype (`prepare`): ``run(x)`` pads x as the
+    kernel needs, allocates the output and runs the kernel."""
+
+    kind = "exact"
+    kernel = None
+    args = ()
+    serial = False
+    flip = zau = 0
+
+    def __init__(self, packed, plan, rq, za, bias, path, x_dtype, geometry, may_overflow):
+        self.packed, self.plan, self.rq, self.za, self.bias, self.path = packed, plan, rq, za, bias, path
+        self.x_dtype, self.geometry, self.may_overflow = x_dtype, geometry, may_overflow
+
+    def run(self, x) -> np.ndarray:
+        packed, plan, rq = self.packed, self.plan, self.rq
+        if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
+                                    and packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
+            return self._exact(x)
+        out = np.empty(plan.out_shape, rq.y_dtype)
+        flat = out.reshape(-1)
+        out32 = flat if rq.mode == 0 else _EMPTY32
+        out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY8
+        kind = self.kind
+        if kind == "perm":
+            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            n_workers = 1 if self.serial else ig.threads.get_num_threads()
+            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, n_workers, serial=self.serial)
+            return out
+        if kind == "direct":
+            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, serial=self.serial)
+            return out
+        xflat = self._padded(x)
+        if kind == "padded":
+            ig.call_parallel(self.kernel, xflat, *self.args[0], out32, out8, _FUSE_DW3X3)
+            return out
+        n_img, c_in = x.shape[:2]
+        src = xflat
+        if plan.phase:
+            kern3, d3, s3 = plan.kern3, plan.d3, plan.s3
+            dp, hp, wp = plan.xp_shape[2:]
+            src = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
+            src[n_img * plan.phase_img:] = 0
+            ig.call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
+                             s3[1], s3[2], plan.hs, plan.out3[2])
+        n_workers = ig.threads.get_num_threads()
+        k_total = self.packed.group_channels * self.packed.taps
+        for head, rest in self.args:
+            ig.call_parallel(self.kernel, *head, n_workers, src, plan.koff, k_total, *rest, out32, out8)
+        return out
+
+    def _padded(self, x):
+        """x as the kernels read it: padded, phase- or poly-split, int8 flipped to uint8 bits."""
+        plan, packed = self.plan, self.packed
+        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        n_img, c_in = x.shape[:2]
+        # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
+        # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
+        if plan.poly:
+            xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
+            _pad_phases2(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, plan.x3_shape[3],
+                         plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
+        elif not plan.padded and not packed.depthwise and plan.virtual and not self.flip and x.flags.c_contiguous:
+            xflat = x.reshape(-1)
+        else:
+            # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
+            xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
+            _pad_input(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, *plan.x3_shape[2:],
+                       *plan.xp_shape[2:], *plan.pb3)
+        return xflat
+
+    def _exact(self, x):
+        """The float64-accumulating reference path: exact, or AccumulatorOverflowError."""
+        packed, rq = self.packed, self.rq
+        strides, dilations, pads_begin, pads_end = self.geometry
+        n_spatial = x.ndim - 2
+        acc = _fallback.conv_exact("conv", x, self.za, packed.w, packed.w_zero_point, self.bias, packed.group,
+                                   strides, dilations, pads_begin, pads_end)
+        if rq.mode == 0:
+            return acc
+        mult = rq.raw.reshape((1, -1) + (1,) * n_spatial) if rq.raw.size > 1 else rq.raw
+        return _fallback.requantize(acc, mult, rq.yzp, rq.y_dtype, rq.mode_name)
 
 
 def _direct_operands(x, za, out_shape, y_dtype):

@@ -224,6 +224,54 @@ def _check_requantize_mode(func: str, requantize_mode) -> None:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize_mode!r}")
 
 
+class _NoKey(Exception):
+    """An argument the fast path does not key on (the checked path takes the call)."""
+
+
+def _fingerprint(value):
+    """``value`` as part of a call's key, with its exact type, so that equal fingerprints pass the same checks."""
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.dtype, value.shape, value.tobytes()
+    if kind is float or kind is int or kind is str or value is None:
+        return kind, value
+    if isinstance(value, np.generic):  # its type names its dtype
+        return kind, value.tobytes()
+    if (kind is list or kind is tuple) and all(type(v) is int for v in value):
+        return kind, tuple(value)
+    raise _NoKey
+
+
+def _call_key(func: str, x, packed, *arguments):
+    """The key of a call on prepacked weights whose arguments may be fingerprinted, else None. A call whose key
+    an earlier call had runs that call's `ConvLaunch` (``packed.calls``) without the checks and the set-up:
+    repeated inference on small layers spent more there (~100 us) than in the kernel."""
+    if type(x) is not np.ndarray or packed is None:
+        return None
+    from qlinear.kernels import integer_gemm
+
+    try:
+        return func, x.shape, x.dtype, integer_gemm.current_path(), tuple(map(_fingerprint, arguments))
+    except _NoKey:
+        return None
+
+
+def _prepacked(w):
+    """``w`` if it is a `prepack_conv` result, else None."""
+    kind = type(w)
+    return w if kind.__name__ == "PackedConv" and kind.__module__ == "qlinear.kernels.im2col" else None
+
+
+def _keep(packed, key, launch) -> None:
+    if key is not None:
+        if len(packed.calls) >= _KEPT_CALLS:
+            packed.calls.clear()
+        packed.calls[key] = launch
+
+
+_KEPT_CALLS = 16  # launches kept per packed weights (one per input shape, scales, attributes... in use)
+
+
 def qlinear_conv(
     x,
     x_scale,
@@ -255,6 +303,12 @@ def qlinear_conv(
     Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
     """
     func = "qlinear_conv"
+    key = _call_key(func, x, _prepacked(w), x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                    auto_pad, dilations, group, kernel_shape, pads, strides, requantize)
+    if key is not None:
+        launch = w.calls.get(key)
+        if launch is not None:
+            return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", launch.run, x)
     _check_requantize_mode(func, requantize)
     x = qa.quantized_tensor(func, "x", x)
     w, packed = _unpack_weights(func, w, w_zero_point, group)
@@ -290,8 +344,10 @@ def qlinear_conv(
         if packed is None:
             packed = _packed_raw(im2col, w, w_zero_point, geometry.group)
         requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)
-        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", im2col.conv,
-                               x, x_zero_point, packed, B, geometry, requant=requant)
+        launch = im2col.prepare(x.shape, x.dtype, x_zero_point, packed, None if B is None else B.copy(), geometry,
+                                requant)
+        _keep(packed, key, launch)
+        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", launch.run, x)
     acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", _conv_accumulate,
                           x, x_zero_point, w, w_zero_point, B, geometry, packed)
     qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point) plus B")
@@ -318,6 +374,12 @@ def conv_integer(
     instead of wrapping.
     """
     func = "conv_integer"
+    key = _call_key(func, x, _prepacked(w), x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape,
+                    pads, strides)
+    if key is not None:
+        launch = w.calls.get(key)
+        if launch is not None:
+            return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", launch.run, x)
     x = qa.quantized_tensor(func, "x", x)
     w, packed = _unpack_weights(func, w, w_zero_point, group)
     w = qa.quantized_tensor(func, "w", w)
@@ -329,6 +391,10 @@ def conv_integer(
     w_zero_point = _per_output_channel(
         func, "w_zero_point", qa.zero_point(func, "w_zero_point", w_zero_point, w.dtype, "w"), w.shape[0]
     )
+    if packed is not None and len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
+        launch = _im2col().prepare(x.shape, x.dtype, x_zero_point, packed, None, geometry)
+        _keep(packed, key, launch)
+        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", launch.run, x)
     acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", _conv_accumulate,
                           x, x_zero_point, w, w_zero_point, None, geometry, packed)
     qa.check_int32(func, acc, "sum of (x - x_zero_point) * (w - w_zero_point)")
