@@ -27,35 +27,12 @@ import time
 
 import numpy as np
 
+from qlinear.bench_conv import MOBILENET_DW, resnet50_convs  # the layers `qlinear bench --conv` times
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ----------------------------------------------------------------------------------------------- layers
-def resnet50_convs():
-    """(name, C, H, M, k, stride, pad) of every distinct ResNet-50 convolution (torchvision v1.5)."""
-    layers = [("stem7x7/2", 3, 224, 64, 7, 2, 3)]
-    stages = [(64, 256, 56, 1), (128, 512, 56, 2), (256, 1024, 28, 2), (512, 2048, 14, 2)]
-    c_in = 64
-    for width, out, hw, stride in stages:
-        ho = hw // stride
-        layers.append((f"1x1 {c_in}->{width} @{hw}", c_in, hw, width, 1, 1, 0))
-        layers.append((f"3x3 {width}/{stride} @{hw}", width, hw, width, 3, stride, 1))
-        layers.append((f"1x1 {width}->{out} @{ho}", width, ho, out, 1, 1, 0))
-        layers.append((f"down 1x1 {c_in}->{out}/{stride} @{hw}", c_in, hw, out, 1, stride, 0))
-        layers.append((f"1x1 {out}->{width} @{ho}", out, ho, width, 1, 1, 0))
-        if stride != 1:
-            layers.append((f"3x3 {width} @{ho}", width, ho, width, 3, 1, 1))
-        c_in = out
-    seen, unique = set(), []
-    for layer in layers:
-        if layer[1:] not in seen:
-            seen.add(layer[1:])
-            unique.append(layer)
-    return unique
-
-
-MOBILENET_DW = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2),
-                (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
 MATMULS = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768)]
 
 

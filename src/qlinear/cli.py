@@ -368,10 +368,16 @@ examples:
   qlinear bench                                  # every case, 64K/1M/16M/64M elements, every installed peer
   qlinear bench --sizes 16M --case float8 --json bench.json
   qlinear bench --sizes 64K 1M --skip onnx tensorflow --no-jit
+  qlinear bench --conv                           # QLinearConv on 1 and 2 threads, qlinear beside onnxruntime
+  qlinear bench --conv --filter mobilenet --threads 1 2 4 --json conv.json
 
 Times are the best of --repeat runs; "x" columns are a peer's time over qlinear's (above 1: qlinear is
 faster); "bw" is the bandwidth probe's time over qlinear's (1.0: at the memory-bandwidth bound; the probe
 reads x's bytes and writes y's into a fresh array); "bwP" the same against a copy into preallocated memory.
+
+--conv times every distinct ResNet-50 convolution and MobileNetV2's depthwise layers (batch 1, prepacked
+weights; onnxruntime with initializer weights, in a child process) at each --threads count: "ratio" is
+qlinear's time over onnxruntime's (below 1: qlinear is faster), "Nt/1t" each one's gain from more threads.
 """
 
 
@@ -389,10 +395,37 @@ def _add_bench(commands) -> None:
     p.add_argument("--skip", nargs="+", choices=["onnxruntime", "onnx", "tensorflow", "numpy"], help="peers to leave out")
     p.add_argument("--no-jit", action="store_true", help="skip the cold/warm JIT measurement in fresh processes")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    p.add_argument("--conv", action="store_true",
+                   help="time QLinearConv layers at each --threads count instead of the element-wise kernels")
+    p.add_argument("--filter", metavar="TEXT", help="--conv: only layers whose name contains TEXT")
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2], metavar="N",
+                   help="--conv: thread counts to time (default 1 2)")
+    p.add_argument("--weights", choices=("7bit", "8bit"), default="7bit",
+                   help="--conv: weights in [-64, 63] (default) or the whole int8 range")
+    p.add_argument("--min-time", type=float, default=0.2, metavar="S",
+                   help="--conv: seconds of runs per measurement, the best counts (default 0.2)")
     p.set_defaults(run=_run_bench)
 
 
 def _run_bench(args) -> int:
+    if args.conv:
+        from .io.errors import UserError
+        from .kernels import threads
+
+        top = threads._max_threads()
+        bad = [n for n in args.threads if not 1 <= n <= top]
+        if bad:
+            raise UserError(f"--threads: each count must lie in [1, {top}] (NUMBA_NUM_THREADS caps it), got {bad[0]}")
+        if args.min_time <= 0:
+            raise UserError(f"--min-time must be positive, got {args.min_time}")
+        if args.case or args.no_jit or args.sizes != ["64K", "1M", "16M", "64M"]:
+            raise UserError("--case, --sizes and --no-jit choose element-wise cases; --conv takes --filter")
+        from .bench_conv import main as conv_main
+
+        try:
+            return conv_main(args)
+        except ValueError as error:
+            raise UserError(str(error)) from None
     from .bench import main as bench_main
 
     return bench_main(args)

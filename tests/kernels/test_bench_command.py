@@ -29,3 +29,27 @@ def test_bench_rejects_an_unknown_size(capsys):
     except SystemExit as exit_:
         assert exit_.code == 2
     assert "invalid choice: '3M'" in capsys.readouterr().err
+
+
+def test_bench_conv_times_the_layers_at_each_thread_count(tmp_path, capsys):
+    out = tmp_path / "conv.json"
+    status = main(["bench", "--conv", "--filter", "dw3x3 960", "--threads", "1", "--min-time", "0.01", "--json",
+                   str(out)])
+    assert status == 0
+    results = json.loads(out.read_text())
+    assert [r["layer"] for r in results["rows"]] == ["mobilenetv2 dw3x3 960/1 @7"]
+    row = results["rows"][0]
+    assert row["qlinear_1t_ms"] > 0 and results["cpu"] and results["thread_counts"] == [1]
+    if results["rows"][0]["onnxruntime_1t_ms"] is not None:  # onnxruntime is installed with the test extras
+        assert row["ratio_1t"] == row["qlinear_1t_ms"] / row["onnxruntime_1t_ms"]
+    assert "mobilenetv2 dw3x3 960/1 @7" in capsys.readouterr().out
+
+
+def test_bench_conv_refuses_what_it_cannot_time(capsys):
+    for args, message in ((["--filter", "no such layer"], "no layer's name contains 'no such layer'"),
+                          (["--threads", "0"], "--threads: each count must lie in [1, "),
+                          (["--min-time", "0"], "--min-time must be positive"),
+                          (["--case", "Q"], "--conv takes --filter")):
+        assert main(["bench", "--conv", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err

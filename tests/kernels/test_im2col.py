@@ -261,7 +261,7 @@ CL_ALL = dict(_DW_CL_MAX_OUT=1 << 62, _DW_CL_MAX_OUT_S2=1 << 62)
 CL_NONE = dict(_DW_CL_MAX_OUT=0, _DW_CL_MAX_OUT_S2=0)
 PERM_NONE = dict(_DW_PERM=False)
 PERM_ALL = dict(_DW_PERM=True)
-DW3X3_KERNELS = {"channels_last": dict(CL_ALL, **PERM_NONE, _DW_VNNI=False, _DW_SERIAL_MACS=0),  # on every thread
+DW3X3_KERNELS = {"channels_last": dict(CL_ALL, **PERM_NONE, _DW_VNNI=False, _FORCE_SERIAL=False),  # on every thread
                  "channels_last_vnni": dict(CL_ALL, **PERM_NONE, _DW_VNNI=True),  # its vpdpbusd form when weights allow
                  "perm": dict(PERM_ALL),  # channel by channel with vpermb, when the CPU and the weights allow
                  "split": dict(CL_NONE, **PERM_NONE, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
@@ -332,7 +332,7 @@ def int8_centred_case(rng, xs, xdt):
 @pytest.mark.parametrize("xdt", [U8, I8])
 def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, xdt):
     # centred weights that fit int8 (the vpdpbusd kernel's condition), their extremes -128 and 127 included
-    for name, value in dict(CL_ALL, **PERM_NONE, _DW_SERIAL_MACS=0 if path == "avxvnni" else 1 << 62).items():
+    for name, value in dict(CL_ALL, **PERM_NONE, _FORCE_SERIAL=path != "avxvnni").items():
         monkeypatch.setattr(im2col, name, value)
     xs, _mult, s, d, pb, pe = case
     c = xs[1]
@@ -365,10 +365,10 @@ PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [
 @pytest.mark.skipif(not ("avx512vnni" in PATHS and im2col._has_vbmi()), reason="no AVX-512 VBMI and VNNI")
 @pytest.mark.parametrize("case", PERM_CASES)
 @pytest.mark.parametrize("xdt", [U8, I8])
-@pytest.mark.parametrize("threads_serial", [0, 1 << 62])
+@pytest.mark.parametrize("threads_serial", [False, True])
 def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
     # the vpermb kernel, with centred weights at the extremes of int8, on one thread and on all of them
-    for name, value in dict(PERM_ALL, _DW_SERIAL_MACS=threads_serial).items():
+    for name, value in dict(PERM_ALL, _FORCE_SERIAL=threads_serial).items():
         monkeypatch.setattr(im2col, name, value)
     xs, _mult, s, d, pb, pe = case
     c = xs[1]
@@ -624,3 +624,75 @@ def test_other_paths_convolve_like_direct_int64(other):
         bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
         got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), bias, geo(strides, dil, pb, pe), path=other)
         np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe))
+
+
+def _byte_pair_weights(rng, shape, wdt, zw):
+    """Weights whose signed bytes (w, or w ^ 0x80 for uint8) lie in [-64, 64]: every pair fits vpmaddubsw."""
+    ws = rng.integers(-64, 65, shape)
+    return (ws if wdt == I8 else ws + 128).astype(wdt)
+
+
+@pytest.mark.skipif("avx2ub" not in ig.available_paths(), reason="no AVX2")
+@pytest.mark.parametrize("xdt,wdt", [(U8, I8), (I8, U8)])
+def test_byte_pair_path_convolves_like_direct_int64(xdt, wdt):
+    """avx2ub (vpmaddubsw) on weights whose byte pairs keep it exact, on the shapes that take different packers
+    and grouped convolutions, with zero points, bias and both requantizations; weights with one pair past
+    |a| + |b| = 128 run the avx2 kernels instead, and give the same exact sums."""
+    rng = np.random.default_rng(6)
+    for case in (CASES[0], CASES[1], CASES[2], CASES[3], CASES[7], CASES[8], CASES[12], CASES[13]):
+        xs, ws, group, strides, dil, pb, pe = case
+        x = rand(rng, xs, xdt)
+        za = rand(rng, (), xdt)
+        zw = rng.integers(-3, 4, ws[0]) + (128 if wdt == U8 else 0)
+        w = _byte_pair_weights(rng, ws, wdt, zw)
+        zw = zw.astype(wdt)
+        bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
+        packed = im2col.prepack_conv(w, zw, group)
+        expected = direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe)
+        np.testing.assert_array_equal(im2col.conv(x, za, packed, bias, geo(strides, dil, pb, pe), path="avx2ub"),
+                                      expected)
+        assert all(pw.fits_byte_pairs() for pw in packed.groups) and all("avx2ub" in pw._packed for pw in packed.groups)
+    # the boundary: |-64| + |64| = 128 fits; one pair of 64 and 65 does not
+    w = np.full((16, 8, 1, 1), 64, np.int8)
+    w[:, 1::2] = -64
+    x = rand(rng, (1, 8, 5, 5), U8)
+    packed = im2col.prepack_conv(w, np.int8(0), 1)
+    got = im2col.conv(x, U8(0), packed, None, geo((1, 1), (1, 1), (0, 0), (0, 0)), path="avx2ub")
+    np.testing.assert_array_equal(got, direct_conv(x, 0, w, 0, None, 1, (1, 1), (1, 1), (0, 0), (0, 0)))
+    assert packed.groups[0].fits_byte_pairs()
+    w[3, 1] = 65
+    packed = im2col.prepack_conv(w, np.int8(0), 1)
+    x[:] = 255  # where vpmaddubsw would saturate: 255 * 64 + 255 * 65 = 32895
+    got = im2col.conv(x, U8(0), packed, None, geo((1, 1), (1, 1), (0, 0), (0, 0)), path="avx2ub")
+    np.testing.assert_array_equal(got, direct_conv(x, 0, w, 0, None, 1, (1, 1), (1, 1), (0, 0), (0, 0)))
+    assert not packed.groups[0].fits_byte_pairs() and "avx2" in packed.groups[0]._packed
+
+
+def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
+    """threads.SerialOrParallel: a layer's first calls alternate between one thread and all of them, then the
+    faster best time decides; both ways give the same bits, and one thread never asks."""
+    from qlinear.kernels import threads
+
+    choice = threads.SerialOrParallel()
+    ways = []
+    for seconds in (5.0, 1.0, 4.0, 2.0, 6.0, 3.0):  # serial, parallel, ...: parallel is faster here
+        serial = choice.next_is_serial()
+        ways.append(serial)
+        choice.record(serial, seconds if serial else seconds / 10)
+    assert ways == [True, False] * 3 and choice.serial is False and not choice.next_is_serial()
+
+    rng = np.random.default_rng(12)
+    x, w = rand(rng, (1, 16, 14, 14), U8), rand(rng, (16, 1, 3, 3), I8)
+    packed = im2col.prepack_conv(w, I8(0), 16)
+    launch = im2col.prepare(x.shape, x.dtype, U8(3), packed, None, geo((1, 1), (1, 1), (1, 1), (1, 1)))
+    want = direct_conv(x, 3, w, 0, None, 16, (1, 1), (1, 1), (1, 1), (1, 1))
+    before = threads.get_num_threads()
+    try:
+        threads.set_num_threads(min(2, threads._max_threads()))
+        for _ in range(2 * threads.SerialOrParallel.TRIALS + 2):
+            np.testing.assert_array_equal(launch.run(x), want)
+        if threads.get_num_threads() > 1:
+            (decided,) = launch.thread_choices.values()
+            assert decided.serial is not None and len(decided.serial_times) == threads.SerialOrParallel.TRIALS
+    finally:
+        threads.set_num_threads(before)

@@ -407,3 +407,30 @@ def test_other_paths_match_int64(other):
         for mode in ("float64", "float32"):
             got = ig.gemm(a, za[0], pw, requant=(mult, U8(7), U8, mode), path=other)
             np.testing.assert_array_equal(got, requant_oracle(acc, mult, 7, U8, mode))
+
+
+@pytest.mark.skipif("avx2ub" not in ig.available_paths(), reason="no AVX2")
+def test_byte_pair_path_matches_int64():
+    """avx2ub (vpmaddubsw) on weights whose signed byte pairs have |a| + |b| <= 128, every activation type, per
+    row activation zero points, bias and both requantizations; other weights run avx2, exactly as well."""
+    rng = np.random.default_rng(8)
+    for (m, k, n), (adt, wdt) in [((5, 7, 3), (U8, I8)), ((37, 129, 45), (I8, U8)), ((13, 1001, 70), (U8, U8)),
+                                  ((8, 4, 32), (I8, I8)), ((64, 256, 17), (U8, I8))]:
+        a = rand(rng, (m, k), adt)
+        ws = rng.integers(-64, 65, (k, n))
+        w = (ws if wdt == I8 else ws + 128).astype(wdt)
+        za, zw = rand(rng, (m,), adt), (rng.integers(-3, 4, n) + (128 if wdt == U8 else 0)).astype(wdt)
+        bias = rng.integers(-(2**20), 2**20, n).astype(np.int32)
+        pw = ig.pack_weights(w, zw)
+        np.testing.assert_array_equal(ig.gemm(a, za, pw, bias, path="avx2ub"), oracle(a, za, w, zw, bias))
+        assert pw.fits_byte_pairs()
+        acc = oracle(a, za[0], w, zw)
+        mult = (rng.random(n) * 1e-3).astype(np.float32)
+        for mode in ("float64", "float32"):
+            got = ig.gemm(a, za[0], pw, requant=(mult, U8(7), U8, mode), path="avx2ub")
+            np.testing.assert_array_equal(got, requant_oracle(acc, mult, 7, U8, mode))
+    a = np.full((4, 64), 255, U8)
+    w = np.full((64, 16), 127, I8)  # every pair saturates vpmaddubsw: the avx2 kernels take them
+    pw = ig.pack_weights(w, I8(0))
+    np.testing.assert_array_equal(ig.gemm(a, U8(0), pw, path="avx2ub"), oracle(a, 0, w, 0))
+    assert not pw.fits_byte_pairs()

@@ -739,6 +739,186 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
             _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
+_MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
+
+
+@njit(cache=True, inline="always")
+def _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+    mr = 4
+    nr = 16
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    for jp in range(j_lo, j_hi):
+        for ip in range(i_lo, i_hi):
+            _MK_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+
+
+@njit(cache=True, parallel=True)
+def gemm_tiles_avx2ub_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ksteps, m_total, n_total, mb, nb,
+                      n_workers, rterm, cterm, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                      col_off, out32, out8):
+    mr = 4
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + 16 - 1) // 16
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    # enough row blocks for every worker: a task packs one block's panels and multiplies them by all the
+    # weights; else the panels are packed first, one task each, and the GEMM blocks wait for theirs
+    whole = n_nblocks == 1 or n_mblocks >= 4 * n_workers
+    n_tasks = n_mblocks if whole else mp + n_mblocks * n_nblocks
+    P = np.empty(mp * ksteps * mr, np.int32)
+    rowsum = np.empty(mp * mr, np.int32)  # zeroed by each panel's packer
+    ready = _zeros(mp)
+    claim = _zeros(8)  # claim[0]: the next task
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if whole:
+                for ip in range(t * mb, min(mp, t * mb + mb)):
+                    _pack_panel_avx2ub_u(P, rowsum, ip, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
+                for jb in range(n_nblocks):
+                    _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, jb * n_mblocks + t, rterm, cterm,
+                                  rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off,
+                                  col_off, out32, out8)
+                continue
+            if t < mp:
+                _pack_panel_avx2ub_u(P, rowsum, t, a, xor, a32, xorword, words, rowsum_bytes, need_sum)
+                store_release(ready, t, 1)
+                continue
+            t -= mp
+            ib = t % n_mblocks
+            for ip in range(ib * mb, min(mp, ib * mb + mb)):
+                while load_acquire(ready, ip) == 0:
+                    pass
+            _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+
+
+@njit(cache=True, inline="always")
+def _pack_panel_avx2ub_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_bytes, need_sum):
+    if words:
+        _pack_row_panel_words(P, rowsum, pan, a32, xorword, 4, need_sum, rowsum_bytes)
+    else:
+        _pack_row_panel(P, rowsum, pan, a, xor, 4, 4, need_sum)
+
+_MK_avx2ub_s = make_microkernel(*_config("avx2ub", False))
+
+
+@njit(cache=True, inline="always")
+def _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+    mr = 4
+    nr = 16
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    for jp in range(j_lo, j_hi):
+        for ip in range(i_lo, i_hi):
+            _MK_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+
+
+@njit(cache=True, inline="always")
+def _pack_panel_avx2ub_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, img_stride, chan_off, pan_per_img,
+                       od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum):
+    if virtual:
+        _pack_panel_virtual(Q, colsum, pan, xp, koff, k, 4, 16, img_stride, chan_off, pan_per_img, need_sum)
+    else:
+        _pack_panel_strided(Q, colsum, pan, segs, xp, koff, k, 4, 16, n_img, img_stride, chan_off,
+                            od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+
+
+@njit(cache=True, parallel=True)
+def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
+                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+                      rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                      out32, out8):
+    nr = 16
+    mp = (m_total + 4 - 1) // 4
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    # enough column blocks for every worker: a task packs one block's panels and multiplies them by all the
+    # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
+    # task each, and the GEMM blocks wait for theirs
+    whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
+    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
+    Q = np.empty(npn * ksteps * nr, np.int32)
+    colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
+    ready = _zeros(npn)
+    claim = _zeros(8)  # claim[0]: the next task
+    for _worker in prange(n_workers):
+        use_512_bit_vectors()  # the packers' loops run in numba's parfor function
+        segs = np.empty((3, nr), np.int64)
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if whole:
+                for jp in range(t * nb, min(npn, t * nb + nb)):
+                    _pack_panel_avx2ub_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                                       pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+                for ib in range(n_mblocks):
+                    _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
+                                  colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                                  out32, out8)
+                continue
+            if t < npn:
+                _pack_panel_avx2ub_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+                store_release(ready, t, 1)
+                continue
+            t -= npn
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 
 
@@ -924,6 +1104,7 @@ GEMM_DRIVERS = {
     "avx512vnni": gemm_tiles_avx512vnni_u,
     "avxvnni": gemm_tiles_avxvnni_u,
     "avx512bw": gemm_tiles_avx512bw_u,
+    "avx2ub": gemm_tiles_avx2ub_u,
     "avx2": gemm_tiles_avx2_u,
 }
 
@@ -931,6 +1112,7 @@ CONV_DRIVERS = {
     "avx512vnni": conv_tiles_avx512vnni_s,
     "avxvnni": conv_tiles_avxvnni_s,
     "avx512bw": conv_tiles_avx512bw_s,
+    "avx2ub": conv_tiles_avx2ub_s,
     "avx2": conv_tiles_avx2_s,
 }
 
@@ -942,7 +1124,7 @@ if __name__ == "__main__":  # regenerate the copies from the templates
     text = here.read_text()
     head = text[:text.index("# ---- generated below this line ----")] + "# ---- generated below this line ----\n"
     parts = []
-    paths = ("avx512vnni", "avxvnni", "avx512bw", "avx2")
+    paths = ("avx512vnni", "avxvnni", "avx512bw", "avx2ub", "avx2")
     for path in paths:
         _op, mr, nv, lanes, g, _f = PATHS[path]
         for bu in (True, False):

@@ -13,10 +13,13 @@ PATHS = {
     "avx512vnni": ("dpbusd512", 8, 2, 16, 4, ("avx512f", "avx512bw", "avx512vnni")),
     "avxvnni": ("dpbusd256", 6, 2, 8, 4, ("avx2", "avxvnni")),
     "avx512bw": ("pmaddwd512", 8, 2, 16, 2, ("avx512f", "avx512bw")),
+    # AVX2 without VNNI, for weights whose byte pairs keep vpmaddubsw exact; other weights take "avx2"
+    "avx2ub": ("maddubs256", 4, 2, 8, 4, ("avx2",)),
     "avx2": ("pmaddwd256", 6, 2, 8, 2, ("avx2",)),
     "blas": None,
 }
-PATH_ORDER = ("avx512vnni", "avxvnni", "avx512bw", "avx2", "blas")
+PATH_ORDER = ("avx512vnni", "avxvnni", "avx512bw", "avx2ub", "avx2", "blas")
+BYTE_PAIR_PATHS = {"avx2ub": "avx2"}  # path -> the path its weights take when their byte pairs do not fit
 
 try:  # numba is a dependency, but the path table must load without it
     ensure_fresh_numba_cache()  # before any cached kernel loads

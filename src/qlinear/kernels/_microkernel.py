@@ -10,6 +10,10 @@ Each 32-bit group holds either four 8-bit values (ops ``dpbusd*``: ``vpdpbusd`` 
 by signed bytes, sums the four 16-bit products and adds them to the int32 lane with wrap-around, never
 saturating, so it is exact for any u8 x s8 data) or two int16 values (ops ``pmaddwd*``: ``vpmaddwd`` forms
 two exact int32 products and adds them; with 8-bit data widened to int16 the pair sum cannot overflow).
+``maddubs256`` takes the four bytes of ``dpbusd`` on AVX2 without VNNI: ``vpmaddubsw`` adds the products of
+byte pairs into int16 with saturation, then ``vpmaddwd`` by ones adds the two pairs into int32. It is exact
+only where no pair sum leaves int16: the caller uses it for signed bytes whose pairs have |a| + |b| <= 128
+(255 * 128 = 32640), which `integer_gemm.PackedWeights.fits_byte_pairs` checks on the packed weights.
 
 The LLVM auto-vectoriser does not find these instructions by itself (see shared/notes/int8-gemm-study.md),
 hence the explicit intrinsics. Accumulators live in allocas that LLVM promotes to registers.
@@ -29,6 +33,7 @@ OPS = {
     "dpbusd256": (8, "llvm.x86.avx512.vpdpbusd.256", "dpbusd"),
     "pmaddwd512": (16, "llvm.x86.avx512.pmaddw.d.512", "pmaddwd"),
     "pmaddwd256": (8, "llvm.x86.avx2.pmadd.wd", "pmaddwd"),
+    "maddubs256": (8, "llvm.x86.avx2.pmadd.ub.sw", "maddubs"),
 }
 
 
@@ -62,11 +67,18 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
             ldc_v = context.cast(builder, ldc_v, sa[7], types.int64)
 
             module = builder.module
+            vec8 = ir.VectorType(ir.IntType(8), 4 * lanes)
             if kind == "dpbusd":
                 fnty = ir.FunctionType(vec, [vec, vec, vec])
+            elif kind == "maddubs":
+                fnty = ir.FunctionType(vec16, [vec8, vec8])
             else:
                 fnty = ir.FunctionType(vec, [vec16, vec16])
             fn = cgutils.get_or_insert_function(module, fnty, llvm_name)
+            if kind == "maddubs":
+                widen = cgutils.get_or_insert_function(module, ir.FunctionType(vec, [vec16, vec16]),
+                                                       "llvm.x86.avx2.pmadd.wd")
+                ones = ir.Constant(vec16, [1] * (2 * lanes))
 
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, None)) for _ in range(nv)]
                     for _ in range(mr)]
@@ -94,6 +106,10 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
                                 new = builder.call(fn, [acc, bc, qv[v]])
                             else:
                                 new = builder.call(fn, [acc, qv[v], bc])
+                        elif kind == "maddubs":  # unsigned bytes first
+                            u, sgn = (bc, qv[v]) if bcast_unsigned else (qv[v], bc)
+                            pairs = builder.call(fn, [builder.bitcast(u, vec8), builder.bitcast(sgn, vec8)])
+                            new = builder.add(acc, builder.call(widen, [pairs, ones]))
                         else:
                             prod = builder.call(fn, [builder.bitcast(bc, vec16), builder.bitcast(qv[v], vec16)])
                             new = builder.add(acc, prod)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import numpy as np
 
@@ -911,6 +912,7 @@ class _WeightPlan:
     def __init__(self, plan: _Plan, packed: PackedConv):
         self.plan = plan
         self.row_terms: dict = {}
+        self.thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of this shape's calls
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -994,7 +996,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
             raise ValueError(f"{func}: bias must be int32 with M={m_total} elements, got {bias.dtype} {bias.shape}")
         bias = bias.reshape(-1)
     za = ig.scalar_int(x_zero_point)
-    path = ig.current_path(path)
+    path = ig.weights_path(ig.current_path(path), () if packed.depthwise else packed.groups)
     key = (tuple(x_shape), strides, dilations, pads_begin, pads_end, path)
     weight_plan = packed.plans.get(key)
     if weight_plan is None:
@@ -1009,7 +1011,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     bound = packed.bound(max(hi - za, za - lo), bias)
     rq.fuse(bound)
     launch = ConvLaunch(packed, plan, rq, za, bias, path, x_dtype,
-                        (strides, dilations, pads_begin, pads_end), bound > ig.INT32_MAX)
+                        (strides, dilations, pads_begin, pads_end), bound > ig.INT32_MAX, weight_plan.thread_choices)
     if path == "blas" or len(x_shape) and math.prod(x_shape) == 0 or m_total == 0 or k_total == 0:
         launch.kind = "exact"
         return launch
@@ -1029,7 +1031,6 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                         packed.centered_taps_first(), bias_full, n_img, c_in,
                         plan.x3_shape[3] * plan.x3_shape[4], tab, pads, wins, win_end, wins.shape[0],
                         plan.positions) + tail,)
-        launch.serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
         return launch
 
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
@@ -1046,7 +1047,6 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                        + (packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4],
                           plan.pb3[1], plan.pb3[2], plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2],
                           out3[1], out3[2]) + tail,)
-        launch.serial = n_img * m_total * plan.positions * 9 < _DW_SERIAL_MACS
         return launch
 
     if (packed.depthwise and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3) and s3 in ((1, 1, 1), (1, 2, 2))
@@ -1098,18 +1098,34 @@ class ConvLaunch:
     kind = "exact"
     kernel = None
     args = ()
-    serial = False
     flip = zau = 0
 
-    def __init__(self, packed, plan, rq, za, bias, path, x_dtype, geometry, may_overflow):
+    def __init__(self, packed, plan, rq, za, bias, path, x_dtype, geometry, may_overflow, thread_choices):
         self.packed, self.plan, self.rq, self.za, self.bias, self.path = packed, plan, rq, za, bias, path
         self.x_dtype, self.geometry, self.may_overflow = x_dtype, geometry, may_overflow
+        self.thread_choices = thread_choices
 
     def run(self, x) -> np.ndarray:
-        packed, plan, rq = self.packed, self.plan, self.rq
         if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
-                                    and packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
+                                    and self.packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
             return self._exact(x)
+        workers = ig.threads.get_num_threads()
+        if workers == 1 or _FORCE_SERIAL is not None:
+            return self._run(x, workers == 1 or bool(_FORCE_SERIAL), workers)
+        choice = self.thread_choices.get(workers)
+        if choice is None:
+            choice = self.thread_choices.setdefault(workers, ig.threads.SerialOrParallel())
+        serial = choice.next_is_serial()
+        if choice.serial is not None:
+            return self._run(x, serial, workers)
+        start = time.perf_counter()
+        out = self._run(x, serial, workers)
+        choice.record(serial, time.perf_counter() - start)
+        return out
+
+    def _run(self, x, serial: bool, workers: int) -> np.ndarray:
+        """The call on the calling thread alone (``serial``) or on ``workers`` threads."""
+        plan, rq = self.plan, self.rq
         out = np.empty(plan.out_shape, rq.y_dtype)
         flat = out.reshape(-1)
         out32 = flat if rq.mode == 0 else _EMPTY32
@@ -1117,16 +1133,15 @@ class ConvLaunch:
         kind = self.kind
         if kind == "perm":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            n_workers = 1 if self.serial else ig.threads.get_num_threads()
-            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, n_workers, serial=self.serial)
+            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, 1 if serial else workers, serial=serial)
             return out
         if kind == "direct":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, serial=self.serial)
+            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, serial=serial)
             return out
         xflat = self._padded(x)
         if kind == "padded":
-            ig.call_parallel(self.kernel, xflat, *self.args[0], out32, out8, _FUSE_DW3X3)
+            ig.call_parallel(self.kernel, xflat, *self.args[0], out32, out8, _FUSE_DW3X3, serial=serial)
             return out
         n_img, c_in = x.shape[:2]
         src = xflat
@@ -1136,11 +1151,11 @@ class ConvLaunch:
             src = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
             src[n_img * plan.phase_img:] = 0
             ig.call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
-                             s3[1], s3[2], plan.hs, plan.out3[2])
-        n_workers = ig.threads.get_num_threads()
+                             s3[1], s3[2], plan.hs, plan.out3[2], serial=serial)
+        n_workers = 1 if serial else workers
         k_total = self.packed.group_channels * self.packed.taps
         for head, rest in self.args:
-            ig.call_parallel(self.kernel, *head, n_workers, src, plan.koff, k_total, *rest, out32, out8)
+            ig.call_parallel(self.kernel, *head, n_workers, src, plan.koff, k_total, *rest, out32, out8, serial=serial)
         return out
 
     def _padded(self, x):
@@ -1197,15 +1212,15 @@ _VIRTUAL_MAX_PANELS = 1.2
 # _depthwise3x3's in-kernel phase split is 1.2-1.6x faster than _depthwise at stride 2 on planes of 56x56 and
 # up, but its per-channel copies cost more than they save on smaller planes and at stride 1 (0.8-0.95x), where
 # _depthwise with its fused 9-tap loop (1.1-1.3x faster than the tap-by-tap loop) is used instead.
-# Below _DW_SERIAL_MACS multiply-adds the channels-last kernel runs on one thread: waking the second costs
-# more than it saves (192/2 @28: 80 us on 1 thread, 104-111 us on 2).
+# Whether a layer runs on one thread or on all is measured per layer shape (threads.SerialOrParallel, in
+# ConvLaunch.run), not by a fixed size (800,000 multiply-adds before, measured on one VM).
 # Ahead of all of these, on CPUs with AVX-512 VBMI and weights whose centred values fit int8, _depthwise3x3_perm
 # (channel by channel, vpermb gathers, no transposes) takes every plane its 128-byte windows fit (all of
 # MobileNetV2's but 96/2 @112): 1.3-2.8x faster than the best of the others there (1 thread: 960/1 @7 79 -> 45 us,
-# 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us). It uses the same _DW_SERIAL_MACS threshold.
+# 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us).
 _DW_CL_MAX_OUT = 784
 _DW_CL_MAX_OUT_S2 = 3136
-_DW_SERIAL_MACS = 800_000
+_FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
 _DW_VNNI = True
 _DW_SPLIT_MIN_PLANE = 2500
 _DW_SPLIT_STRIDE1 = False

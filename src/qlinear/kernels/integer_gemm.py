@@ -13,7 +13,8 @@ Internal API (the ops call these; nothing here validates user input beyond what 
 ``available_paths()``, ``default_path()``, ``force_path(name)`` (context manager), ``set_path(name)``
     Which kernel runs; every path gives identical bits. Names, fastest first:
     ``"avx512vnni"`` (vpdpbusd zmm), ``"avxvnni"`` (vpdpbusd ymm), ``"avx512bw"`` (vpmaddwd zmm),
-    ``"avx2"`` (vpmaddwd ymm), ``"blas"`` (exact float32 BLAS in chunks, NumPy only).
+    ``"avx2ub"`` (vpmaddubsw + vpmaddwd ymm, for weights whose byte pairs keep it exact; others run
+    ``"avx2"``), ``"avx2"`` (vpmaddwd ymm), ``"blas"`` (exact float32 BLAS in chunks, NumPy only).
     The environment variable QLINEAR_GEMM_PATH picks one at import (for tests and benchmarks).
 
 How it stays exact
@@ -26,7 +27,7 @@ How it stays exact
     true sum fits in int32. That is checked before the kernel runs from a bound on the actual values,
     ``max|x - x_zp| * sum_k |w - w_zp| + |bias|`` per output column; when the bound could leave int32 the
     problem goes to the float64-accumulating BLAS path, which returns the exact sum or raises ValueError.
-    vpmaddubsw (saturating) is not used at all.
+    vpmaddubsw (saturating) is used only on weights whose byte pairs cannot saturate it (path avx2ub).
 
 Layouts (int32 groups of 4 bytes, or of 2 int16 for vpmaddwd, along K; K padded with zeros):
     broadcast side P: [ceil(M/MR)][ksteps][MR],   vector side Q: [ceil(N/NR)][ksteps][NR].
@@ -70,7 +71,7 @@ except ImportError:  # pragma: no cover - exercised only on installs without num
 
 INT32_MAX = 2**31 - 1
 
-from qlinear.kernels._gemm_parts import PATH_ORDER, PATHS  # noqa: E402  (the table the generated drivers read too)
+from qlinear.kernels._gemm_parts import BYTE_PAIR_PATHS, PATH_ORDER, PATHS  # noqa: E402  (the drivers' table too)
 
 
 def _host_features() -> set[str]:
@@ -129,6 +130,21 @@ def _check_path(name: str) -> None:
         raise ValueError(f"integer_gemm: unknown path {name!r}; one of {PATH_ORDER}")
     if name not in available_paths():
         raise ValueError(f"integer_gemm: path {name!r} needs CPU features this machine lacks; available: {available_paths()}")
+
+
+def weights_path(path: str, packed_weights) -> str:
+    """The path ``packed_weights`` (PackedWeights) run on when ``path`` is asked for: a byte-pair path
+    (``avx2ub``) where every one's pairs fit it (`PackedWeights.fits_byte_pairs`), else the path it stands in
+    for (``avx2``). An empty list takes the fallback (the depthwise kernels pack no GEMM weights)."""
+    fallback = BYTE_PAIR_PATHS.get(path)
+    if fallback is None:
+        return path
+    fits = False
+    for pw in packed_weights:
+        fits = pw.fits_byte_pairs()
+        if not fits:
+            break
+    return path if fits else fallback
 
 
 def current_path(path: str | None = None) -> str:
@@ -358,6 +374,7 @@ class PackedWeights:
         self.abs_colsum_max = int(self.abs_colsum.max(initial=0))
         self.any_zw = bool(np.any(self.zws != 0))
         self._packed: dict = {}
+        self._fits_byte_pairs: bool | None = None
         self.epilogue_terms: dict = {}  # see gemm
 
     def packed(self, path: str) -> tuple[np.ndarray, int]:
@@ -369,6 +386,20 @@ class PackedWeights:
             got = weight_packing.pack(self.w, self.orientation, g, tile)
             self._packed[path] = got
         return got
+
+    def fits_byte_pairs(self) -> bool:
+        """Whether every pair of neighbouring signed weight bytes along K, as the byte-pair paths pack them, has
+        |a| + |b| <= 128: then vpmaddubsw's int16 pair sums of u8 x s8 products cannot saturate (at most
+        255 * 128 = 32640), and ``avx2ub`` gives the exact sums. Weights quantized to 7 bits always fit (what
+        onnxruntime's quantizer writes with reduce_range for CPUs without VNNI); symmetric 8-bit ones rarely."""
+        if self._fits_byte_pairs is None:
+            path = next(iter(BYTE_PAIR_PATHS))
+            groups, _ksteps = self.packed(path)
+            pairs = np.abs(groups.view(np.int8).reshape(-1, 2).astype(np.int16))
+            self._fits_byte_pairs = bool((pairs[:, 0] + pairs[:, 1]).max(initial=0) <= 128)
+            if not self._fits_byte_pairs:
+                del self._packed[path]  # never used
+        return self._fits_byte_pairs
 
     def rterm_coef(self, zx: int, k: int) -> np.ndarray:
         """int64 ``-zx * sum_k ws + K * zx * zw`` per column: the zero-point terms that do not depend on x."""
@@ -414,7 +445,7 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
             raise ValueError(f"{func}: bias must be int32 with {n_total} elements, got {bias.dtype} {bias.shape}")
         bias = bias.reshape(-1)
     rq = Requant(func, requant, m_total, n_total, weights_on_rows=False)
-    path = current_path(path)
+    path = weights_path(current_path(path), (packed,))
     out_shape = (m_total, n_total)
 
     lo, hi = (-128, 127) if a.dtype == np.int8 else (0, 255)

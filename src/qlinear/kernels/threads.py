@@ -99,6 +99,33 @@ def call_parallel(fn, *args, serial: bool = False):
         return result
 
 
+class SerialOrParallel:
+    """Whether calls of one kind and size (one convolution layer's shape, say) run faster on the calling
+    thread alone or on every thread, decided by timing them both ways on this machine: the first calls
+    alternate between the two, and after `TRIALS` of each the faster best time decides for the calls after.
+    Where a second thread pays depends on the CPU, its load and how fast a sleeping core wakes (50-150 us on
+    the virtual machines measured here), so no size threshold fixed in advance holds everywhere. Both ways
+    give identical bits."""
+
+    TRIALS = 3
+    __slots__ = ("serial_times", "parallel_times", "serial")
+
+    def __init__(self):
+        self.serial_times: list[float] = []
+        self.parallel_times: list[float] = []
+        self.serial: bool | None = None  # decided
+
+    def next_is_serial(self) -> bool:
+        if self.serial is not None:
+            return self.serial
+        return len(self.serial_times) <= len(self.parallel_times)
+
+    def record(self, serial: bool, seconds: float) -> None:
+        (self.serial_times if serial else self.parallel_times).append(seconds)
+        if len(self.serial_times) >= self.TRIALS and len(self.parallel_times) >= self.TRIALS:
+            self.serial = min(self.serial_times) <= min(self.parallel_times)
+
+
 def _helpers():
     global _pool
     if _pool is None:
