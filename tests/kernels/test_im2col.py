@@ -673,13 +673,22 @@ def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
     faster best time decides; both ways give the same bits, and one thread never asks."""
     from qlinear.kernels import threads
 
+    assert 0 < threads.launch_cost() < 0.1 and threads.launch_cost() == threads.launch_cost()  # measured once
+    monkeypatch.setattr(threads, "_launch_cost", 1.0)  # waking the workers costs a second: times decide
     choice = threads.SerialOrParallel()
     ways = []
-    for seconds in (5.0, 1.0, 4.0, 2.0, 6.0, 3.0):  # serial, parallel, ...: parallel is faster here
+    each = threads.SerialOrParallel.TRIALS + threads.SerialOrParallel.SKIPPED
+    for index in range(2 * each):  # serial ones, then parallel ones: faster but for the first
         serial = choice.next_is_serial()
         ways.append(serial)
-        choice.record(serial, seconds if serial else seconds / 10)
-    assert ways == [True, False] * 3 and choice.serial is False and not choice.next_is_serial()
+        choice.record(serial, 1.0 if serial else (100.0 if index == each else 0.5))
+    assert ways == [True] * each + [False] * each
+    assert choice.serial is False and not choice.next_is_serial()
+    monkeypatch.setattr(threads, "_launch_cost", 0.1)  # a call of 1 s: all threads, without timing them
+    choice = threads.SerialOrParallel()
+    for _ in range(each):
+        choice.record(choice.next_is_serial(), 1.0)
+    assert choice.serial is False and not choice.parallel_times
 
     rng = np.random.default_rng(12)
     x, w = rand(rng, (1, 16, 14, 14), U8), rand(rng, (16, 1, 3, 3), I8)
@@ -689,10 +698,10 @@ def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
     before = threads.get_num_threads()
     try:
         threads.set_num_threads(min(2, threads._max_threads()))
-        for _ in range(2 * threads.SerialOrParallel.TRIALS + 2):
+        for _ in range(2 * (threads.SerialOrParallel.TRIALS + threads.SerialOrParallel.SKIPPED) + 2):
             np.testing.assert_array_equal(launch.run(x), want)
         if threads.get_num_threads() > 1:
             (decided,) = launch.thread_choices.values()
-            assert decided.serial is not None and len(decided.serial_times) == threads.SerialOrParallel.TRIALS
+            assert decided.serial is not None and len(decided.serial_times) == threads.SerialOrParallel.TRIALS + threads.SerialOrParallel.SKIPPED
     finally:
         threads.set_num_threads(before)

@@ -101,13 +101,18 @@ def call_parallel(fn, *args, serial: bool = False):
 
 class SerialOrParallel:
     """Whether calls of one kind and size (one convolution layer's shape, say) run faster on the calling
-    thread alone or on every thread, decided by timing them both ways on this machine: the first calls
-    alternate between the two, and after `TRIALS` of each the faster best time decides for the calls after.
+    thread alone or on every thread, decided by timing them both ways on this machine: the first calls run
+    on one thread, the next as many on all, the first `SKIPPED` of each way not counted (a worker, or the
+    virtual CPU under it, that slept long; caches another core has cold), and the faster best time of the
+    `TRIALS` others decides for the calls after. (Calls that alternated between the two ways woke a sleeping worker for every parallel one and
+    made it look slower than it runs in a sequence of calls.)
     Where a second thread pays depends on the CPU, its load and how fast a sleeping core wakes (50-150 us on
     the virtual machines measured here), so no size threshold fixed in advance holds everywhere. Both ways
     give identical bits."""
 
-    TRIALS = 3
+    TRIALS = 6
+    SKIPPED = 2  # the first calls of each way, not counted
+    CLEAR_GAIN = 4  # one thread's time over `launch_cost` past which all threads run it without a trial
     __slots__ = ("serial_times", "parallel_times", "serial")
 
     def __init__(self):
@@ -118,12 +123,45 @@ class SerialOrParallel:
     def next_is_serial(self) -> bool:
         if self.serial is not None:
             return self.serial
-        return len(self.serial_times) <= len(self.parallel_times)
+        return len(self.serial_times) < self.SKIPPED + self.TRIALS
 
     def record(self, serial: bool, seconds: float) -> None:
         (self.serial_times if serial else self.parallel_times).append(seconds)
-        if len(self.serial_times) >= self.TRIALS and len(self.parallel_times) >= self.TRIALS:
-            self.serial = min(self.serial_times) <= min(self.parallel_times)
+        counted = self.SKIPPED + self.TRIALS
+        if serial and len(self.serial_times) == counted and min(self.serial_times[self.SKIPPED:]) >= \
+                self.CLEAR_GAIN * launch_cost():
+            self.serial = False  # the work dwarfs waking the workers: no need to time it on all of them
+            return
+        if len(self.serial_times) >= counted and len(self.parallel_times) >= counted:
+            self.serial = min(self.serial_times[self.SKIPPED:]) < min(self.parallel_times[self.SKIPPED:])
+
+
+_launch_cost: float | None = None
+
+
+def launch_cost() -> float:
+    """Seconds from a call to a parallel region on every thread, whose workers have slept for a millisecond,
+    to its return, with no work: the median of 15, measured at first use in this process. (Measured here:
+    62 us with qlinear's short spin, 90-120 us under numba's workqueue layer, 2-7 us with workers that spin
+    for milliseconds, which oversubscribed cores make cost milliseconds instead.)"""
+    global _launch_cost
+    if _launch_cost is None:
+        import time
+
+        import numpy as np
+
+        from ._parallel_probe import empty_region
+
+        out = np.zeros(max(2, get_num_threads()), np.int64)
+        call_parallel(empty_region, out)
+        times = []
+        for _ in range(15):
+            time.sleep(0.001)
+            start = time.perf_counter()
+            call_parallel(empty_region, out)
+            times.append(time.perf_counter() - start)
+        _launch_cost = sorted(times)[len(times) // 2]
+    return _launch_cost
 
 
 def _helpers():
