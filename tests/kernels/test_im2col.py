@@ -632,7 +632,7 @@ def _byte_pair_weights(rng, shape, wdt, zw):
     return (ws if wdt == I8 else ws + 128).astype(wdt)
 
 
-@pytest.mark.skipif("avx2ub" not in ig.available_paths(), reason="no AVX2")
+@pytest.mark.skipif("avx2ub" not in PATHS, reason="avx2ub is not this CPU's path: --full runs it (suite.kernel_paths)")
 @pytest.mark.parametrize("xdt,wdt", [(U8, I8), (I8, U8)])
 def test_byte_pair_path_convolves_like_direct_int64(xdt, wdt):
     """avx2ub (vpmaddubsw) on weights whose byte pairs keep it exact, on the shapes that take different packers

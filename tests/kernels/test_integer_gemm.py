@@ -409,7 +409,7 @@ def test_other_paths_match_int64(other):
             np.testing.assert_array_equal(got, requant_oracle(acc, mult, 7, U8, mode))
 
 
-@pytest.mark.skipif("avx2ub" not in ig.available_paths(), reason="no AVX2")
+@pytest.mark.skipif("avx2ub" not in PATHS, reason="avx2ub is not this CPU's path: --full runs it (suite.kernel_paths)")
 def test_byte_pair_path_matches_int64():
     """avx2ub (vpmaddubsw) on weights whose signed byte pairs have |a| + |b| <= 128, every activation type, per
     row activation zero points, bias and both requantizations; other weights run avx2, exactly as well."""
