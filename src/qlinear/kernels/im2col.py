@@ -1150,8 +1150,16 @@ class ConvLaunch:
             dp, hp, wp = plan.xp_shape[2:]
             src = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
             src[n_img * plan.phase_img:] = 0
+            # a copy of x in a parallel region of its own, before the GEMM's: on one thread unless it takes
+            # twice what starting the region costs (timed on its first call; measured on 2 vCPUs, the strided
+            # ResNet layers' 2t/1t went 0.63-0.80 -> 0.55-0.77 on one thread)
+            key = ("phase split", workers)
+            split_serial = serial or self.thread_choices.get(key, True)
+            start = time.perf_counter()
             ig.call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
-                             s3[1], s3[2], plan.hs, plan.out3[2], serial=serial)
+                             s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
+            if not serial and key not in self.thread_choices:
+                self.thread_choices[key] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
         n_workers = 1 if serial else workers
         k_total = self.packed.group_channels * self.packed.taps
         for head, rest in self.args:
