@@ -276,3 +276,38 @@ def test_realistic_shapes_match_both_peers(shape, types, per_column):
     np.testing.assert_array_equal(qlinear_matmul(*args), run_reference(model, a)[0], strict=True)
     if onnxruntime_exact_for_weights(b, a_t):
         np.testing.assert_array_equal(qlinear_matmul(*args, requantize="float32"), run_onnxruntime(model, a)[0], strict=True)
+
+
+def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one():
+    """A 2-D call with the arguments of an earlier one runs what that call prepared (qlinear_matmul._PREPARED):
+    the result is the reference's every time, after the caller changes b or a scale in place too, and
+    arguments that must be refused still are."""
+    from qlinear.ops import qlinear_matmul as qm
+
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 256, (5, 40), dtype=np.uint8)
+    b = rng.integers(-128, 128, (40, 24), dtype=np.int8)
+    b_scale = np.linspace(0.001, 0.003, 24).astype(np.float32)
+
+    def expected():
+        acc = matmul_accumulate(a, np.uint8(7), b, np.int8(0))
+        multiplier = requantize_multiplier(np.float32(0.02), b_scale, np.float32(0.5), "float64", a.dtype)
+        return requantize(acc, multiplier, np.uint8(3), "float64")
+
+    def call():
+        return qlinear_matmul(a, np.float32(0.02), np.uint8(7), b, b_scale, np.int8(0), np.float32(0.5), np.uint8(3))
+
+    for _ in range(3):
+        a[:] = rng.integers(0, 256, a.shape, dtype=np.uint8)
+        np.testing.assert_array_equal(call(), expected())
+    kept = len(qm._PREPARED)
+    b[0, :] = 100  # in place: the packing cache sees the new values
+    np.testing.assert_array_equal(call(), expected())
+    b_scale[5] *= 3  # a new key
+    np.testing.assert_array_equal(call(), expected())
+    assert len(qm._PREPARED) == kept + 1
+    with pytest.raises(TypeError, match="qlinear_matmul: a must have dtype"):
+        qlinear_matmul(a.astype(np.int16), np.float32(0.02), np.uint8(7), b, b_scale, np.int8(0), np.float32(0.5),
+                       np.uint8(3))
+    with pytest.raises(ValueError, match="y_scale must be positive and finite"):
+        qlinear_matmul(a, np.float32(0.02), np.uint8(7), b, b_scale, np.int8(0), np.float32(-1), np.uint8(3))

@@ -150,3 +150,22 @@ def int32_kernel(func: str, what: str, kernel, *args, **kwargs):
         raise AccumulatorOverflowError(
             f"{func}: the exact accumulator ({what}) leaves the int32 range: {error.value}", error.value
         ) from None
+
+
+class NoKey(Exception):
+    """An argument a repeated call's key cannot hold (the checked path takes the call)."""
+
+
+def fingerprint(value):
+    """``value`` as part of a repeated call's key, with its exact type, so that equal fingerprints pass the same
+    checks (the operators keep what a call prepared under the key of its arguments); `NoKey` for anything else."""
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.dtype, value.shape, value.tobytes()
+    if kind is float or kind is int or kind is str or value is None:
+        return kind, value
+    if isinstance(value, np.generic):  # its type names its dtype
+        return kind, value.tobytes()
+    if (kind is list or kind is tuple) and all(type(v) is int for v in value):
+        return kind, tuple(value)
+    raise NoKey

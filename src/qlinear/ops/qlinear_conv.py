@@ -224,24 +224,6 @@ def _check_requantize_mode(func: str, requantize_mode) -> None:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize_mode!r}")
 
 
-class _NoKey(Exception):
-    """An argument the fast path does not key on (the checked path takes the call)."""
-
-
-def _fingerprint(value):
-    """``value`` as part of a call's key, with its exact type, so that equal fingerprints pass the same checks."""
-    kind = type(value)
-    if kind is np.ndarray:
-        return value.dtype, value.shape, value.tobytes()
-    if kind is float or kind is int or kind is str or value is None:
-        return kind, value
-    if isinstance(value, np.generic):  # its type names its dtype
-        return kind, value.tobytes()
-    if (kind is list or kind is tuple) and all(type(v) is int for v in value):
-        return kind, tuple(value)
-    raise _NoKey
-
-
 def _call_key(func: str, x, packed, *arguments):
     """The key of a call on prepacked weights whose arguments may be fingerprinted, else None. A call whose key
     an earlier call had runs that call's `ConvLaunch` (``packed.calls``) without the checks and the set-up:
@@ -251,8 +233,8 @@ def _call_key(func: str, x, packed, *arguments):
     from qlinear.kernels import integer_gemm
 
     try:
-        return func, x.shape, x.dtype, integer_gemm.current_path(), tuple(map(_fingerprint, arguments))
-    except _NoKey:
+        return func, x.shape, x.dtype, integer_gemm.current_path(), tuple(map(qa.fingerprint, arguments))
+    except qa.NoKey:
         return None
 
 

@@ -83,6 +83,41 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
     return out
 
 
+class _PreparedMatMul:
+    """A 2-D int8/uint8 call's normalised zero points and requantization, kept under the key of its arguments
+    (`qa.fingerprint`): a repeated call (inference, the same scales) skips the checks and the set-up, ~70% of a
+    small product's time. b's content is not in the key: the packing cache compares it on every call."""
+
+    def __init__(self, a_zero_point, b_zero_point, requant):
+        self.a_zp = np.ascontiguousarray(np.asarray(a_zero_point).reshape(-1))
+        self.b_zp = np.ascontiguousarray(np.asarray(b_zero_point).reshape(-1))
+        self.zp_key = (self.b_zp.dtype.str, self.b_zp.tobytes())
+        self.requant = requant
+
+    def __call__(self, a, b):
+        from qlinear.kernels import integer_gemm, packing_cache
+
+        zp = self.b_zp
+        packed = packing_cache.packed("gemm", b, self.zp_key, lambda copy: integer_gemm.pack_weights(copy, zp))
+        return integer_gemm.gemm(a, self.a_zp, packed, requant=self.requant)
+
+
+_PREPARED: dict = {}
+_PREPARED_MAX = 64
+
+
+def _prepared_key(a, b, *arguments):
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.ndim != 2 or b.ndim != 2 \
+            or a.dtype not in qa.INT8_TYPES or b.dtype not in qa.INT8_TYPES:
+        return None
+    from qlinear.kernels import integer_gemm
+
+    try:
+        return a.shape, a.dtype, b.shape, b.dtype, integer_gemm.current_path(), tuple(map(qa.fingerprint, arguments))
+    except qa.NoKey:
+        return None
+
+
 def _compact(multiplier: np.ndarray) -> np.ndarray:
     """A broadcast (M, N) multiplier in the smallest form the GEMM's store takes: scalar, (N,), (M, 1)."""
     if multiplier.strides == (0, 0):
@@ -189,6 +224,11 @@ def qlinear_matmul(
     K is limited (about 2.7 million for e5m2 x e5m2, more for the e4m3 types).
     """
     func = "qlinear_matmul"
+    what = "(a - a_zero_point) @ (b - b_zero_point)"
+    key = _prepared_key(a, b, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point, opset, requantize)
+    prepared = _PREPARED.get(key) if key is not None else None
+    if prepared is not None:
+        return qa.int32_kernel(func, what, prepared, a, b)
     if opset is None:
         opset = LATEST_QLINEAR_MATMUL_OPSET
     if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)):
@@ -241,12 +281,19 @@ def qlinear_matmul(
     if float8_operands:
         acc = _float8_accumulate(func, a2, a_zero_point, b2, b_zero_point)
         return _restore_vector_axes(requantize_to_output(acc, multiplier, y_zero_point), a, b)
-    what = "(a - a_zero_point) @ (b - b_zero_point)"
     if requantize not in FUSED_MODES:
         acc = qa.int32_kernel(func, what, _matmul_accumulate, a2, a_zero_point, b2, b_zero_point)
         return _restore_vector_axes(_requantize(acc, multiplier, y_zero_point, requantize), a, b)
-    y = qa.int32_kernel(func, what, _matmul_accumulate,
-                        a2, a_zero_point, b2, b_zero_point, requant=(multiplier, y_zero_point, y_zero_point.dtype, requantize))
+    requant = (multiplier, y_zero_point, y_zero_point.dtype, requantize)
+    if key is not None:  # 2-D int8/uint8 operands: kept for the next call with these arguments
+        m, n = a.shape[0], b.shape[1]
+        prepared = _PreparedMatMul(a_zero_point, b_zero_point, (_compact(np.broadcast_to(multiplier, (m, n))),
+                                                                 y_zero_point, y_zero_point.dtype, requantize))
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = prepared
+        return qa.int32_kernel(func, what, prepared, a, b)
+    y = qa.int32_kernel(func, what, _matmul_accumulate, a2, a_zero_point, b2, b_zero_point, requant=requant)
     return _restore_vector_axes(y, a, b)
 
 
