@@ -392,13 +392,14 @@ class PackedWeights:
         |a| + |b| <= 128: then vpmaddubsw's int16 pair sums of u8 x s8 products cannot saturate (at most
         255 * 128 = 32640), and ``avx2ub`` gives the exact sums. Weights quantized to 7 bits always fit (what
         onnxruntime's quantizer writes with reduce_range for CPUs without VNNI); symmetric 8-bit ones rarely."""
-        if self._fits_byte_pairs is None:
+        if self._fits_byte_pairs is None:  # threads may race here: each computes the same answer
             path = next(iter(BYTE_PAIR_PATHS))
             groups, _ksteps = self.packed(path)
             pairs = np.abs(groups.view(np.int8).reshape(-1, 2).astype(np.int16))
-            self._fits_byte_pairs = bool((pairs[:, 0] + pairs[:, 1]).max(initial=0) <= 128)
-            if not self._fits_byte_pairs:
-                del self._packed[path]  # never used
+            fits = bool((pairs[:, 0] + pairs[:, 1]).max(initial=0) <= 128)
+            if not fits:
+                self._packed.pop(path, None)  # never used
+            self._fits_byte_pairs = fits
         return self._fits_byte_pairs
 
     def rterm_coef(self, zx: int, k: int) -> np.ndarray:
