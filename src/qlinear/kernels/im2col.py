@@ -913,6 +913,7 @@ class _WeightPlan:
         self.plan = plan
         self.row_terms: dict = {}
         self.thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of this shape's calls
+        self.split_serial: dict = {}  # thread count -> whether the phase split runs on one thread (ConvLaunch)
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1010,9 +1011,9 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     lo, hi = (-128, 127) if x_dtype == np.int8 else (0, 255)
     bound = packed.bound(max(hi - za, za - lo), bias)
     rq.fuse(bound)
-    launch = ConvLaunch(packed, plan, rq, za, bias, path, x_dtype,
-                        (strides, dilations, pads_begin, pads_end), bound > ig.INT32_MAX, weight_plan.thread_choices)
-    if path == "blas" or len(x_shape) and math.prod(x_shape) == 0 or m_total == 0 or k_total == 0:
+    launch = ConvLaunch(packed, weight_plan, rq, za, bias, (strides, dilations, pads_begin, pads_end),
+                        bound > ig.INT32_MAX)
+    if path == "blas" or math.prod(x_shape) == 0 or m_total == 0 or k_total == 0:
         launch.kind = "exact"
         return launch
 
@@ -1027,10 +1028,9 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
         # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
         tab, pads, wins, win_end = plan.dw_perm()
         launch.kind, launch.kernel = "perm", _depthwise3x3_perm
-        launch.args = ((np.int32(launch.flip), np.int32(launch.zau), packed.depthwise_vnni_rows(),
-                        packed.centered_taps_first(), bias_full, n_img, c_in,
-                        plan.x3_shape[3] * plan.x3_shape[4], tab, pads, wins, win_end, wins.shape[0],
-                        plan.positions) + tail,)
+        launch.args = (np.int32(launch.flip), np.int32(launch.zau), packed.depthwise_vnni_rows(),
+                       packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4],
+                       tab, pads, wins, win_end, wins.shape[0], plan.positions) + tail
         return launch
 
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
@@ -1046,24 +1046,24 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
         launch.args = ((np.uint8(launch.flip), np.int32(launch.zau)) + wq
                        + (packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4],
                           plan.pb3[1], plan.pb3[2], plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2],
-                          out3[1], out3[2]) + tail,)
+                          out3[1], out3[2]) + tail)
         return launch
 
     if (packed.depthwise and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3) and s3 in ((1, 1, 1), (1, 2, 2))
             and (s3[2] == 2 or _DW_SPLIT_STRIDE1) and x_shape[-1] * x_shape[-2] >= _DW_SPLIT_MIN_PLANE):
         # pads (and phase-splits) the input itself, channel by channel, flipping int8 to uint8 on the way
         launch.kind, launch.kernel = "direct", _depthwise3x3
-        launch.args = ((np.uint8(launch.flip), np.int32(launch.zau), packed.w_centered, bias_full,
-                        m_total // c_in, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
-                        plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2]) + tail,)
+        launch.args = (np.uint8(launch.flip), np.int32(launch.zau), packed.w_centered, bias_full,
+                       m_total // c_in, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4], plan.pb3[1], plan.pb3[2],
+                       plan.xp_shape[3], plan.xp_shape[4], d3[1], d3[2], s3[2], out3[1], out3[2]) + tail
         return launch
 
     dp, hp, wp = plan.xp_shape[2:]
     if packed.depthwise:
         launch.kind, launch.kernel = "padded", _depthwise
-        launch.args = ((np.int32(launch.zau), packed.w_centered, bias_full, m_total // c_in, n_img, c_in, dp, hp,
-                        wp, kern3[0], kern3[1], kern3[2], d3[0], d3[1], d3[2], s3[0], s3[1], s3[2], out3[0],
-                        out3[1], out3[2]) + tail,)
+        launch.args = (np.int32(launch.zau), packed.w_centered, bias_full, m_total // c_in, n_img, c_in, dp, hp,
+                       wp, kern3[0], kern3[1], kern3[2], d3[0], d3[1], d3[2], s3[0], s3[1], s3[2], out3[0],
+                       out3[1], out3[2]) + tail
         return launch
 
     mr = plan.mr
@@ -1080,7 +1080,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     launch.kind, launch.kernel = "gemm", ig.conv_driver(path)
     virtual = plan.phase or plan.virtual or plan.poly
     pan_per_img = plan.pan_per_img if virtual else 0
-    launch.args = []
+    launch.args = []  # per group: the arguments before and after those run() supplies
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
         rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
@@ -1100,10 +1100,11 @@ class ConvLaunch:
     args = ()
     flip = zau = 0
 
-    def __init__(self, packed, plan, rq, za, bias, path, x_dtype, geometry, may_overflow, thread_choices):
-        self.packed, self.plan, self.rq, self.za, self.bias, self.path = packed, plan, rq, za, bias, path
-        self.x_dtype, self.geometry, self.may_overflow = x_dtype, geometry, may_overflow
-        self.thread_choices = thread_choices
+    def __init__(self, packed, weight_plan, rq, za, bias, geometry, may_overflow):
+        self.packed, self.plan, self.rq, self.za, self.bias = packed, weight_plan.plan, rq, za, bias
+        self.geometry, self.may_overflow = geometry, may_overflow
+        # shared by every launch of the shape: what the calls measured
+        self.thread_choices, self.split_serial = weight_plan.thread_choices, weight_plan.split_serial
 
     def run(self, x) -> np.ndarray:
         if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
@@ -1133,33 +1134,32 @@ class ConvLaunch:
         kind = self.kind
         if kind == "perm":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, 1 if serial else workers, serial=serial)
+            ig.call_parallel(self.kernel, xc, *self.args, out32, out8, 1 if serial else workers, serial=serial)
             return out
         if kind == "direct":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            ig.call_parallel(self.kernel, xc, *self.args[0], out32, out8, serial=serial)
+            ig.call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
             return out
         xflat = self._padded(x)
         if kind == "padded":
-            ig.call_parallel(self.kernel, xflat, *self.args[0], out32, out8, _FUSE_DW3X3, serial=serial)
+            ig.call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
             return out
         n_img, c_in = x.shape[:2]
         src = xflat
         if plan.phase:
             kern3, d3, s3 = plan.kern3, plan.d3, plan.s3
-            dp, hp, wp = plan.xp_shape[2:]
+            hp, wp = plan.xp_shape[3:]
             src = np.empty(n_img * plan.phase_img + _SLACK, np.uint8)
             src[n_img * plan.phase_img:] = 0
             # a copy of x in a parallel region of its own, before the GEMM's: on one thread unless it takes
             # twice what starting the region costs (timed on its first call; measured on 2 vCPUs, the strided
-            # ResNet layers' 2t/1t went 0.63-0.80 -> 0.55-0.77 on one thread)
-            key = ("phase split", workers)
-            split_serial = serial or self.thread_choices.get(key, True)
+            # ResNet layers' 2t/1t went 0.63-0.80 -> 0.56-0.76 on one thread)
+            split_serial = serial or self.split_serial.get(workers, True)
             start = time.perf_counter()
             ig.call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
                              s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
-            if not serial and key not in self.thread_choices:
-                self.thread_choices[key] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
+            if not serial and workers not in self.split_serial:
+                self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
         n_workers = 1 if serial else workers
         k_total = self.packed.group_channels * self.packed.taps
         for head, rest in self.args:
@@ -1197,14 +1197,6 @@ class ConvLaunch:
             return acc
         mult = rq.raw.reshape((1, -1) + (1,) * n_spatial) if rq.raw.size > 1 else rq.raw
         return _fallback.requantize(acc, mult, rq.yzp, rq.y_dtype, rq.mode_name)
-
-
-def _direct_operands(x, za, out_shape, y_dtype):
-    """For the direct (depthwise) kernels: the output and its flat view, x as flat uint8 bits, and the flip that
-    makes int8 bits uint8 (x ^ 0x80) with the zero point moved alike."""
-    out = np.empty(out_shape, y_dtype)
-    flip, zau = (0x80, za + 128) if x.dtype == np.int8 else (0, za)
-    return out, out.reshape(-1), np.ascontiguousarray(x).reshape(-1).view(np.uint8), flip, zau
 
 
 _USE_PHASES = True

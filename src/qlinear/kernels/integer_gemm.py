@@ -139,12 +139,7 @@ def weights_path(path: str, packed_weights) -> str:
     fallback = BYTE_PAIR_PATHS.get(path)
     if fallback is None:
         return path
-    fits = False
-    for pw in packed_weights:
-        fits = pw.fits_byte_pairs()
-        if not fits:
-            break
-    return path if fits else fallback
+    return path if packed_weights and all(pw.fits_byte_pairs() for pw in packed_weights) else fallback
 
 
 def current_path(path: str | None = None) -> str:

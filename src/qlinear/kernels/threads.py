@@ -104,8 +104,8 @@ class SerialOrParallel:
     thread alone or on every thread, decided by timing them both ways on this machine: the first calls run
     on one thread, the next as many on all, the first `SKIPPED` of each way not counted (a worker, or the
     virtual CPU under it, that slept long; caches another core has cold), and the faster best time of the
-    `TRIALS` others decides for the calls after. (Calls that alternated between the two ways woke a sleeping worker for every parallel one and
-    made it look slower than it runs in a sequence of calls.)
+    `TRIALS` others decides for the calls after. (Calls that alternated between the two ways woke a sleeping
+    worker for every parallel one and made it look slower than it runs in a sequence of calls.)
     Where a second thread pays depends on the CPU, its load and how fast a sleeping core wakes (50-150 us on
     the virtual machines measured here), so no size threshold fixed in advance holds everywhere. Both ways
     give identical bits."""
