@@ -169,3 +169,23 @@ def fingerprint(value):
     if (kind is list or kind is tuple) and all(type(v) is int for v in value):
         return kind, tuple(value)
     raise NoKey
+
+
+def call_key(head: tuple, arguments) -> tuple | None:
+    """The key of a repeated call: ``head`` (the operator, the data's shapes and dtypes), the kernel path in use
+    and every argument's `fingerprint`; None where an argument has none."""
+    from qlinear.kernels import integer_gemm  # the operators' kernels are loaded by then
+
+    try:
+        return head + (integer_gemm.current_path(), tuple(map(fingerprint, arguments)))
+    except NoKey:
+        return None
+
+
+def keep(store: dict, key, value, limit: int) -> None:
+    """``store[key] = value``, ``store`` emptied first when it holds ``limit`` entries (memory stays bounded
+    when the arguments keep changing)."""
+    if key is not None:
+        if len(store) >= limit:
+            store.clear()
+        store[key] = value

@@ -230,25 +230,13 @@ def _call_key(func: str, x, packed, *arguments):
     repeated inference on small layers spent more there (~100 us) than in the kernel."""
     if type(x) is not np.ndarray or packed is None:
         return None
-    from qlinear.kernels import integer_gemm
-
-    try:
-        return func, x.shape, x.dtype, integer_gemm.current_path(), tuple(map(qa.fingerprint, arguments))
-    except qa.NoKey:
-        return None
+    return qa.call_key((func, x.shape, x.dtype), arguments)
 
 
 def _prepacked(w):
     """``w`` if it is a `prepack_conv` result, else None."""
     kind = type(w)
     return w if kind.__name__ == "PackedConv" and kind.__module__ == "qlinear.kernels.im2col" else None
-
-
-def _keep(packed, key, launch) -> None:
-    if key is not None:
-        if len(packed.calls) >= _KEPT_CALLS:
-            packed.calls.clear()
-        packed.calls[key] = launch
 
 
 _KEPT_CALLS = 16  # launches kept per packed weights (one per input shape, scales, attributes... in use)
@@ -328,7 +316,7 @@ def qlinear_conv(
         requant = (multiplier.reshape(-1), y_zero_point, y_zero_point.dtype, requantize)
         launch = im2col.prepare(x.shape, x.dtype, x_zero_point, packed, None if B is None else B.copy(), geometry,
                                 requant)
-        _keep(packed, key, launch)
+        qa.keep(packed.calls, key, launch, _KEPT_CALLS)
         return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", launch.run, x)
     acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", _conv_accumulate,
                           x, x_zero_point, w, w_zero_point, B, geometry, packed)
@@ -375,7 +363,7 @@ def conv_integer(
     )
     if packed is not None and len(geometry.kernel_shape) <= _KERNEL_SPATIAL_DIMS:
         launch = _im2col().prepare(x.shape, x.dtype, x_zero_point, packed, None, geometry)
-        _keep(packed, key, launch)
+        qa.keep(packed.calls, key, launch, _KEPT_CALLS)
         return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", launch.run, x)
     acc = qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", _conv_accumulate,
                           x, x_zero_point, w, w_zero_point, None, geometry, packed)

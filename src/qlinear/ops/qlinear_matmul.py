@@ -67,13 +67,7 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
     out = np.empty(batch + (m, n), out_dtype)
     multiplier = None if requant is None else np.broadcast_to(np.asarray(requant[0]), batch + (m, n))
     shared_b = b.ndim == 2  # constant weights: packed once
-    packed = None
-    if shared_b:
-        from qlinear.kernels import packing_cache  # an equal array's packing, reused (see that module)
-
-        zp = np.ascontiguousarray(b_zp[(0,) * len(batch)].reshape(-1))
-        packed = packing_cache.packed("gemm", b, (zp.dtype.str, zp.tobytes()),
-                                      lambda copy: integer_gemm.pack_weights(copy, zp))
+    packed = _packed(b, np.ascontiguousarray(b_zp[(0,) * len(batch)].reshape(-1))) if shared_b else None
     for index in np.ndindex(*batch):
         weights = packed if shared_b else integer_gemm.pack_weights(b_b[index], b_zp[index].reshape(-1))
         rq = None
@@ -81,6 +75,15 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
             rq = (_compact(multiplier[index]), requant[1], requant[2], requant[3])
         out[index] = integer_gemm.gemm(a_b[index], a_zp[index].reshape(-1), weights, requant=rq)
     return out
+
+
+def _packed(b, zp: np.ndarray):
+    """2-D weights ``b`` packed with their zero points ``zp`` (1-D): an equal array's packing when one was made
+    (kernels/packing_cache.py compares the bytes)."""
+    from qlinear.kernels import integer_gemm, packing_cache
+
+    return packing_cache.packed("gemm", b, (zp.dtype.str, zp.tobytes()),
+                                lambda copy: integer_gemm.pack_weights(copy, zp))
 
 
 class _PreparedMatMul:
@@ -91,15 +94,12 @@ class _PreparedMatMul:
     def __init__(self, a_zero_point, b_zero_point, requant):
         self.a_zp = np.ascontiguousarray(np.asarray(a_zero_point).reshape(-1))
         self.b_zp = np.ascontiguousarray(np.asarray(b_zero_point).reshape(-1))
-        self.zp_key = (self.b_zp.dtype.str, self.b_zp.tobytes())
         self.requant = requant
 
     def __call__(self, a, b):
-        from qlinear.kernels import integer_gemm, packing_cache
+        from qlinear.kernels import integer_gemm
 
-        zp = self.b_zp
-        packed = packing_cache.packed("gemm", b, self.zp_key, lambda copy: integer_gemm.pack_weights(copy, zp))
-        return integer_gemm.gemm(a, self.a_zp, packed, requant=self.requant)
+        return integer_gemm.gemm(a, self.a_zp, _packed(b, self.b_zp), requant=self.requant)
 
 
 _PREPARED: dict = {}
@@ -110,12 +110,7 @@ def _prepared_key(a, b, *arguments):
     if type(a) is not np.ndarray or type(b) is not np.ndarray or a.ndim != 2 or b.ndim != 2 \
             or a.dtype not in qa.INT8_TYPES or b.dtype not in qa.INT8_TYPES:
         return None
-    from qlinear.kernels import integer_gemm
-
-    try:
-        return a.shape, a.dtype, b.shape, b.dtype, integer_gemm.current_path(), tuple(map(qa.fingerprint, arguments))
-    except qa.NoKey:
-        return None
+    return qa.call_key((a.shape, a.dtype, b.shape, b.dtype), arguments)
 
 
 def _compact(multiplier: np.ndarray) -> np.ndarray:
@@ -289,9 +284,7 @@ def qlinear_matmul(
         m, n = a.shape[0], b.shape[1]
         prepared = _PreparedMatMul(a_zero_point, b_zero_point, (_compact(np.broadcast_to(multiplier, (m, n))),
                                                                  y_zero_point, y_zero_point.dtype, requantize))
-        if len(_PREPARED) >= _PREPARED_MAX:
-            _PREPARED.clear()
-        _PREPARED[key] = prepared
+        qa.keep(_PREPARED, key, prepared, _PREPARED_MAX)
         return qa.int32_kernel(func, what, prepared, a, b)
     y = qa.int32_kernel(func, what, _matmul_accumulate, a2, a_zero_point, b2, b_zero_point, requant=requant)
     return _restore_vector_axes(y, a, b)
