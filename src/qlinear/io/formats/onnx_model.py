@@ -21,6 +21,7 @@ tensors that are kept are copied there chunk by chunk, so memory stays near the 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -48,6 +49,15 @@ def _first_line(error: BaseException) -> str:
 
 def default_opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _constant_types(opset: int) -> frozenset[int]:
+    """The TensorProto data types a Constant node may hold at ``opset`` (float6 not, up to onnx 1.23)."""
+    from onnx import TensorProto, defs
+
+    allowed = defs.get_schema("Constant", min(opset, defs.onnx_opset_version())).type_constraints[0].allowed_type_strs
+    return frozenset(value for name, value in TensorProto.DataType.items() if f"tensor({name.lower()})" in allowed)
 
 
 def _small_array(tensor):
@@ -442,22 +452,13 @@ class QdqWriter:
             position = list(graph.node).index(constant.node)
             # a type the Constant operator does not take at the model's opset (float6: DequantizeLinear's only)
             # becomes an initializer of the same graph, which any graph may hold
-            storable = self._constant_types()
+            storable = _constant_types(default_opset(self.model.model))
             graph.initializer.extend(t for t in new if t.data_type not in storable)
             made = [helper.make_node("Constant", [], [t.name], value=t, name=_unique(f"{t.name}_Constant", self.taken))
                     for t in new if t.data_type in storable]
             del graph.node[position]
             for offset, made_node in enumerate(made + nodes):
                 graph.node.insert(position + offset, made_node)
-
-    def _constant_types(self) -> set[int]:
-        """The TensorProto data types a Constant node may hold at the model's opset."""
-        from onnx import TensorProto, defs
-
-        opset = next((o.version for o in self.model.model.opset_import if o.domain in ("", "ai.onnx")),
-                     defs.onnx_opset_version())
-        allowed = defs.get_schema("Constant", min(opset, defs.onnx_opset_version())).type_constraints[0].allowed_type_strs
-        return {value for name, value in TensorProto.DataType.items() if f"tensor({name.lower()})" in allowed}
 
     def _parameter(self, helper, name: str, array: np.ndarray, element):
         """A scale or zero point: inline, or in the data file when there is one and it is not small (the
