@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from qlinear import bench_conv
 from qlinear.bench_conv import MOBILENET_DW, resnet50_convs  # the layers `qlinear bench --conv` times
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,14 +84,7 @@ def make_data(case, regime: str, seed: int = 0):
 
 
 def best_time(fn, min_total=0.3, max_reps=200, min_reps=3):
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_reps or (time.perf_counter() - start < min_total and len(times) < max_reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return bench_conv.best_time(fn, min_total, max_reps, min_reps)
 
 
 # ----------------------------------------------------------------------------------------------- onnx models

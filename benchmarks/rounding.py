@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))  # first: its corpus package, not benchmarks/corpus.py
 
 from corpus.models import path  # noqa: E402
+from qlinear.bench import cpu_model  # noqa: E402
 from static import calibration_data, evaluate, measured  # noqa: E402
 
 
@@ -42,13 +41,6 @@ def fold_dequantize(model_file: Path) -> bytes:
 
 MX = ("mxfp4", "nvfp4", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp8_e4m3", "mxint8")
 FIGURE = {"ocr_det": "map_iou_vs_float", "ocr_rec": "figure", "ocr_cls": "figure"}
-
-
-def cpu() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def run(name: str, dtype: str, method: str, data: Path, folder: Path, timeout: float, static: bool = False) -> dict:
@@ -119,10 +111,10 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     what = "activations uint8 (static defaults)" if args.static else "weights only"
-    print(f"\nCPU: {cpu()}; {args.samples} calibration samples (seed 7), {what}\n")
+    print(f"\nCPU: {cpu_model()}; {args.samples} calibration samples (seed 7), {what}\n")
     print(table(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpu": cpu(), "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -343,19 +343,29 @@ def _available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def machine() -> dict:
-    cpu = platform.processor()
+def cpu_model() -> str:
+    """lscpu's model name (the CPU behind a virtual machine varies), else /proc/cpuinfo's."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in text.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict:
     from .kernels import threads
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads.get_num_threads(), "python": sys.version.split()[0],
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": threads.get_num_threads(), "python": sys.version.split()[0],
             "numpy": np.__version__, "platform": platform.platform()}
 
 

@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from .bench import cpu_model
+
 
 def resnet50_convs() -> list[tuple]:
     """(name, C, H, M, k, stride, pad) of every distinct ResNet-50 convolution (torchvision v1.5)."""
@@ -70,12 +72,13 @@ def data(layer: dict, weights: str = "7bit", seed: int = 0) -> dict:
                 y_scale=np.float32(0.5), y_zp=np.uint8(120), bias=rng.integers(-20000, 20000, m).astype(np.int32))
 
 
-def best_time(fn, min_total: float = 0.2, max_runs: int = 200) -> float:
-    """The best of the runs within ``min_total`` seconds, at least 3, after one untimed run."""
+def best_time(fn, min_total: float = 0.2, max_runs: int = 200, min_runs: int = 3) -> float:
+    """The best of the runs within ``min_total`` seconds (at least ``min_runs``, at most ``max_runs``), after one
+    untimed run."""
     fn()
     times: list[float] = []
     start = time.perf_counter()
-    while len(times) < 3 or (time.perf_counter() - start < min_total and len(times) < max_runs):
+    while len(times) < min_runs or (time.perf_counter() - start < min_total and len(times) < max_runs):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
@@ -132,27 +135,6 @@ def time_onnxruntime(selected: list[dict], thread_counts, weights: str, min_tota
             out[f"{layer['name']}|{threads}"] = best_time(lambda: session.run(None, {"x": d["x"]}), min_total)
             del session
     return out
-
-
-def cpu_model() -> str:
-    """lscpu's model name (the CPU behind a virtual machine varies), else /proc/cpuinfo's."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in text.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
 
 
 def _geomean(values) -> float | None:
