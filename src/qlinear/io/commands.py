@@ -115,7 +115,8 @@ def _with_rounding(args, settings: Settings) -> Settings:
         # 6/8 of their binade, more error than gptq can push onto the columns left; "even" clips only what rounds
         # up past the top (recogniser 72.67% -> 96.67%, held-out lines 60.00% -> 77.67%, detector 0.904 -> 0.949)
         scale_rule = "even"
-    return replace(settings, rounding=method, weight_data=weight_data, scale_rule=scale_rule)
+    return replace(settings, rounding=method, weight_data=weight_data, scale_rule=scale_rule,
+                   target=getattr(args, "target", None) or "onnxruntime")
 
 
 def parse_settings(args) -> Settings:
@@ -194,7 +195,6 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
     given = [flag for flag, value in (("--method", args.method), ("--activations", args.activations),
                                       ("--symmetric-activations", args.symmetric_activations),
                                       ("--keep-float", args.keep_float),
-                                      ("--target", args.target),
                                       ("--no-latency", args.no_latency),
                                       ("--max-drop", args.max_drop is not None),
                                       ("--report-samples", args.report_samples is not None)) if value]
@@ -280,6 +280,8 @@ def quantize_command(args) -> int:
         raise UserError("--chunks applies to tensor files and .zarr stores, not ONNX models")
     if kind != "onnx" and (args.eval_data or args.recurrent or args.calibrate):
         raise UserError("--eval, --recurrent and --calibrate apply to ONNX models")
+    if kind != "onnx" and args.target:
+        raise UserError(f"--target applies to ONNX models (the runtime the model is written for), not a .{kind} input")
     if kind != "onnx" and settings.rounding != "rtn":
         raise UserError(f"--rounding {settings.rounding} applies to ONNX models (tensor files are rounded to nearest)")
     output = Path(args.output) if args.output else _default_output(source, settings, kind)

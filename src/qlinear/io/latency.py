@@ -133,7 +133,7 @@ def optimized_nodes(quantized_model) -> dict:
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _CODE_TYPES = {2, 3, 4, 5, 17, 18, 19, 20, 21, 22, 23, 25, 26}  # 8/16/4/2-bit integers and small floats
-_TO_FLOAT = frozenset({"DequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+_TO_FLOAT = frozenset({"DequantizeLinear", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "GatherBlockQuantized"})
 _TO_OTHER = frozenset({"Shape", "Size", "NonZero", "ArgMax", "ArgMin", "Equal", "Less", "Greater", "Not"})
 
 

@@ -29,6 +29,7 @@ from .extras import import_onnx
 from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused
+from .placement import gather_tables
 from .plan import Choice, Found, Quantized, Settings, min_opset
 from .quantization import MXQuantized, dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
@@ -463,6 +464,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             operand_rows = static_quantization.write_operands(model, static_plan, static, writer.taken)
             pairs = static_quantization.write_activations(model, writer, static_plan, static)
             prune_unused(model.model.graph)  # operands and folded nodes no longer read
+        gathers = gather_tables.rewrite(model.model) if settings.target == "onnxruntime" else []
+        writer.dequantize_nodes -= len(gathers)
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
         for f in files:
@@ -475,7 +478,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         summary["model"] = {"opset_before": opset_before, "opset_after": model.opset,
                             "dequantize_nodes": writer.dequantize_nodes,
                             "checker": _valid_or_refused(source, model, files, temporaries, external),
-                            "external_data": data_path.name if external is not None else None}
+                            "external_data": data_path.name if external is not None else None,
+                            "gather_block_quantized": gathers}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
         if static_plan is not None:

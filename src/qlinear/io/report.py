@@ -240,6 +240,11 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         console.print(f"model: opset {model['opset_before']} -> {model['opset_after']}, "
                       f"{model['dequantize_nodes']} DequantizeLinear nodes; onnx.checker: {model['checker']}"
                       + (f"; external data: {model['external_data']}" if model.get("external_data") else ""))
+        if model.get("gather_block_quantized"):
+            tables = model["gather_block_quantized"]
+            console.print(f"onnxruntime: {len(tables)} 4-bit Gather table{'s' * (len(tables) > 1)} read through "
+                          f"com.microsoft.GatherBlockQuantized (only the gathered rows are dequantized; --target "
+                          f"qdq-portable keeps DequantizeLinear -> Gather)")
         conversion = model.get("conversion")
         if conversion:
             console.print(f"opset conversion: {conversion['note']}")

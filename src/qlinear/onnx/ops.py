@@ -30,6 +30,7 @@ __all__ = [
     "ConvInteger",
     "MatMulInteger",
     "DynamicQuantizeLinear",
+    "GatherBlockQuantized",
     "BatchNormalization",
     "OPS",
     "PEER_FIXES",
@@ -180,6 +181,46 @@ class DynamicQuantizeLinear(_QlinearOp):
         return (y, np.asarray(y_scale), np.asarray(y_zero_point))
 
 
+class GatherBlockQuantized(_QlinearOp):
+    """onnxruntime's contrib ``com.microsoft.GatherBlockQuantized`` on int4/uint4 tables (what ``qlinear quantize
+    --target onnxruntime`` writes for 4-bit Gather tables): its CPU kernel computes ``float(q - zero_point) *
+    scale`` for each gathered element, DequantizeLinear's blocked arithmetic, and writes zeros for an index out
+    of range. So: DequantizeLinear of the table, then Gather, zeros where an index falls outside. The packed
+    uint8 form (MatMulNBits' layout, ``bits`` 2/4/8) and the float8/float4 tables are not transcribed."""
+
+    op_domain = "com.microsoft"
+
+    def _run(self, data, indices, scales, zero_points=None, gather_axis=None, quantize_axis=None, block_size=None,
+             bits=None):
+        given = self._node_attributes({"gather_axis": gather_axis, "quantize_axis": quantize_axis,
+                                       "block_size": block_size, "bits": bits})
+        gather_axis, quantize_axis = given.get("gather_axis", 0), given.get("quantize_axis", 1)
+        block_size, bits = given.get("block_size", 128), given.get("bits", 4)
+        dtype = np.asarray(data).dtype
+        if dtype.name not in ("int4", "uint4") or bits != 4:
+            raise TypeError(f"{self._where()}: qlinear runs GatherBlockQuantized on int4 and uint4 tables (bits 4), "
+                            f"got {dtype.name} with bits {bits}")
+        if block_size < 16 or block_size & (block_size - 1):
+            raise ValueError(f"{self._where()}: block_size must be a power of 2 and at least 16, got {block_size}")
+        rank = np.ndim(data)
+        if not -rank <= gather_axis < rank:
+            raise ValueError(f"{self._where()}: gather_axis {gather_axis} is outside the table's rank {rank}")
+        table = self._call(qlinear.dequantize_linear, data, scales, zero_points, axis=quantize_axis,
+                           block_size=block_size, opset=21)
+        gather_axis %= rank
+        size = table.shape[gather_axis]
+        indices = np.asarray(indices, np.int64)
+        outside = (indices < -size) | (indices >= size)
+        if size == 0:  # every index is outside: zeros of the gathered shape
+            shape = table.shape[:gather_axis] + indices.shape + table.shape[gather_axis + 1:]
+            return (np.zeros(shape, table.dtype),)
+        rows = np.take(table, np.where(outside, 0, indices), axis=gather_axis)
+        if outside.any():
+            mask = outside.reshape((1,) * gather_axis + outside.shape + (1,) * (rank - gather_axis - 1))
+            rows = np.where(mask, np.zeros((), table.dtype), rows)
+        return (rows,)
+
+
 class BatchNormalization(OpRun):
     """Peer fix, not a qlinear kernel: onnx 1.23's reference runs BatchNormalization-9 in training mode
     (the batch's own mean and variance) whenever the node has a ``momentum`` attribute, which exporters
@@ -207,7 +248,7 @@ class BatchNormalization(OpRun):
 
 OPS: tuple[type[OpRun], ...] = (
     QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
-    DynamicQuantizeLinear,
+    DynamicQuantizeLinear, GatherBlockQuantized,
 )
 # Ordinary operators whose onnx reference class contradicts the spec on real exports; `qlinear.onnx.run`
 # uses these classes beside OPS.
