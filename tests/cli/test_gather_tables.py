@@ -147,3 +147,43 @@ def test_target_applies_to_onnx_models_only(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--target applies to ONNX models" in err[0]
+
+
+def _conv_gemm_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.2, (32, 32, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (32, 32, 1, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (32, 64)).astype(np.float32), "w3"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (64, 16)).astype(np.float32), "w4")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("GlobalAveragePool", ["c2"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "w3"], ["g"], name="gemm"),
+             helper.make_node("MatMul", ["g", "w4"], ["y"], name="matmul")]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_weights_onnxruntime_dequantizes_on_every_run_are_counted(tmp_path, capsys):
+    """Weights only: the report counts the DequantizeLinear nodes that onnxruntime's optimized graph keeps (the Convs',
+    not the Gemm's and the MatMul's, which become MatMulNBits), and the session option it names folds them all at load."""
+    out, _ = _quantize(tmp_path, _conv_gemm_model(), "net", "--dtype", "int4")
+    report = json.loads(capsys.readouterr().out)
+    kept = {}
+    for config in ({}, {"session.disable_quant_qdq": "1"}):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"optimized{len(kept)}.onnx")
+        for key, value in config.items():
+            options.add_session_config_entry(key, value)
+        ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+        ops = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+        kept[bool(config)] = ops.count("DequantizeLinear")
+    assert report["model"]["dequantized_per_run"] == kept[False] == 2
+    assert kept[True] == 0
+    _, _ = _quantize(tmp_path, _conv_gemm_model(), "portable", "--dtype", "int4", "--target", "qdq-portable")
+    assert json.loads(capsys.readouterr().out)["model"]["dequantized_per_run"] == 0

@@ -466,6 +466,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             prune_unused(model.model.graph)  # operands and folded nodes no longer read
         gathers = gather_tables.rewrite(model.model) if settings.target == "onnxruntime" else []
         writer.dequantize_nodes -= len(gathers)
+        per_run = gather_tables.dequantized_per_run(model.model) if settings.target == "onnxruntime" else 0
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
         for f in files:
@@ -479,7 +480,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                             "dequantize_nodes": writer.dequantize_nodes,
                             "checker": _valid_or_refused(source, model, files, temporaries, external),
                             "external_data": data_path.name if external is not None else None,
-                            "gather_block_quantized": gathers}
+                            "gather_block_quantized": gathers, "dequantized_per_run": per_run}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
         if static_plan is not None:

@@ -245,6 +245,11 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
             console.print(f"onnxruntime: {len(tables)} 4-bit Gather table{'s' * (len(tables) > 1)} read through "
                           f"com.microsoft.GatherBlockQuantized (only the gathered rows are dequantized; --target "
                           f"qdq-portable keeps DequantizeLinear -> Gather)")
+        if model.get("dequantized_per_run"):
+            console.print(f"onnxruntime: {model['dequantized_per_run']} convolution and recurrent weights are dequantized "
+                          f"on every run (no int8 activations to fuse with; 1.3-1.7x float's time on the OCR models); "
+                          f"the session option session.disable_quant_qdq=1 folds them once at load (float's speed and "
+                          f"memory, the file stays small)")
         conversion = model.get("conversion")
         if conversion:
             console.print(f"opset conversion: {conversion['note']}")
