@@ -669,8 +669,8 @@ def test_byte_pair_path_convolves_like_direct_int64(xdt, wdt):
 
 
 def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
-    """threads.SerialOrParallel: a layer's first calls alternate between one thread and all of them, then the
-    faster best time decides; both ways give the same bits, and one thread never asks."""
+    """threads.SerialOrParallel: a layer's first calls run on one thread, then on all of them, the faster best time
+    decides, and the decision is measured again later; both ways give the same bits, and one thread never asks."""
     from qlinear.kernels import threads
 
     assert 0 < threads.launch_cost() < 0.1 and threads.launch_cost() == threads.launch_cost()  # measured once
@@ -684,6 +684,19 @@ def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
         choice.record(serial, 1.0 if serial else (100.0 if index == each else 0.5))
     assert ways == [True] * each + [False] * each
     assert choice.serial is False and not choice.next_is_serial()
+    # measured again after RETRY_AFTER calls (then four times as many): a trial the machine's load spoiled, where
+    # one thread looked faster, does not decide for good
+    for _ in range(threads.SerialOrParallel.RETRY_AFTER - 2):  # the assertion above asked once
+        assert choice.next_is_serial() is False
+    ways = []
+    for _ in range(2 * each):
+        serial = choice.next_is_serial()
+        ways.append(serial)
+        choice.record(serial, 1.0 if serial else 2.0)
+    assert ways == [True] * each + [False] * each and choice.serial is True
+    assert choice.retry_at == 4 * threads.SerialOrParallel.RETRY_AFTER
+    assert [choice.next_is_serial() for _ in range(choice.retry_at - 1)] == [True] * (choice.retry_at - 1)
+    assert choice.next_is_serial() is True and choice.serial is None  # the third trial begins
     monkeypatch.setattr(threads, "_launch_cost", 0.1)  # a call of 1 s: all threads, without timing them
     choice = threads.SerialOrParallel()
     for _ in range(each):

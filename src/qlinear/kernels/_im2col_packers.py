@@ -11,7 +11,9 @@ from qlinear.kernels import ensure_fresh_numba_cache
 ensure_fresh_numba_cache()  # before any cached kernel loads
 from numba import njit, prange  # noqa: E402
 
-from qlinear.kernels._microkernel import pack_quad32, pack_quad32_stride2  # noqa: E402
+from qlinear.kernels._microkernel import (pack_pair16, pack_pair16_stride2, pack_pair32,  # noqa: E402
+                                         pack_pair32_stride2, pack_quad16, pack_quad16_stride2, pack_quad32,
+                                         pack_quad32_stride2)
 from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 
@@ -166,6 +168,9 @@ def _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, cha
                 if trip == 32:
                     pack_quad32(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
                                 src + koff[4 * s + 2], src + koff[4 * s + 3])
+                elif trip == 16:
+                    pack_quad16(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
+                                src + koff[4 * s + 2], src + koff[4 * s + 3])
                 else:
                     _quad_run(packed, dst0, xp, src + koff[4 * s], src + koff[4 * s + 1],
                               src + koff[4 * s + 2], src + koff[4 * s + 3], 1, trip)
@@ -173,7 +178,12 @@ def _pack_panel_virtual(packed, colsum, pan, xp, koff, k, g, nr, img_stride, cha
                     _colsum_run(colsum, pan * nr, xp, src + koff[4 * s], src + koff[4 * s + 1],
                                 src + koff[4 * s + 2], src + koff[4 * s + 3], trip)
             else:
-                _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
+                if trip == 32:
+                    pack_pair32(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1])
+                elif trip == 16:
+                    pack_pair16(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1])
+                else:
+                    _pair_run(packed, dst0, xp, src + koff[2 * s], src + koff[2 * s + 1], 1, trip)
                 if need_sum:
                     _colsum_run(colsum, pan * nr, xp, src + koff[2 * s], src + koff[2 * s + 1], -1, -1, trip)
         else:  # the last, partial group: missing taps are 0 (the weights there are 0 too)
@@ -243,7 +253,11 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                     # past the last column, never stored), so only the panel's end limits it. Short
                     # segments (7-pixel rows of a 7x7 output) then take the vector intrinsic too
                     # (3x3 512 @7 batch 8: packing 1.21 -> 0.57 ms)
-                    if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                    if ln <= 16 and d + 16 <= base + ks * nr and sw == 1:
+                        pack_quad16(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                    elif ln <= 16 and d + 16 <= base + ks * nr:
+                        pack_quad16_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
+                    elif ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
                         pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
                     elif ln <= 32 and d + 32 <= base + ks * nr:
                         pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
@@ -264,8 +278,18 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                 ln = seg_len[sg]
                 t0 = 0
                 if sw <= 2:
-                    trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
-                    _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
+                    # as for the quads above: a vector group may run past the segment, the panel's end limits it
+                    if ln <= 16 and d + 16 <= base + ks * nr and sw == 1:
+                        pack_pair16(packed, d, xp, src + k0, src + k1)
+                    elif ln <= 16 and d + 16 <= base + ks * nr:
+                        pack_pair16_stride2(packed, d, xp, src + k0, src + k1)
+                    elif ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                        pack_pair32(packed, d, xp, src + k0, src + k1)
+                    elif ln <= 32 and d + 32 <= base + ks * nr:
+                        pack_pair32_stride2(packed, d, xp, src + k0, src + k1)
+                    else:
+                        trip = min((ln + 31) // 32 * 32, nr - seg_lane[sg])
+                        _pair_run(packed, d, xp, src + k0, src + k1, sw, trip)
                     t0 = ln
                 if t0 < ln:
                     _quad_strided(packed, d, xp, src, sw, k0, k1, -1, -1, t0, ln)

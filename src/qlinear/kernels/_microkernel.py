@@ -128,7 +128,7 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
     return microkernel
 
 
-def _make_pack_quad32(step: int):
+def _make_pack_quad(step: int, width: int = 32):
     @intrinsic
     def pack(typingctx, packed, d, xp, a0, a1, a2, a3):
         sig = types.void(packed, d, xp, a0, a1, a2, a3)
@@ -137,9 +137,9 @@ def _make_pack_quad32(step: int):
             sa = signature.args
             p_ptr = context.make_array(sa[0])(context, builder, args[0]).data
             x_ptr = context.make_array(sa[2])(context, builder, args[2]).data
-            loaded = ir.VectorType(ir.IntType(8), 32 * step)
-            ints32 = ir.VectorType(ir.IntType(32), 32)
-            every = ir.Constant(ir.VectorType(ir.IntType(32), 32), [step * t for t in range(32)])
+            loaded = ir.VectorType(ir.IntType(8), width * step)
+            ints32 = ir.VectorType(ir.IntType(32), width)
+            every = ir.Constant(ir.VectorType(ir.IntType(32), width), [step * t for t in range(width)])
             group = None
             for j in range(4):
                 offset = context.cast(builder, args[3 + j], sa[3 + j], types.int64)
@@ -149,7 +149,7 @@ def _make_pack_quad32(step: int):
                     row = builder.shuffle_vector(row, ir.Constant(loaded, None), every)
                 lane = builder.zext(row, ints32)
                 if j:
-                    group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [8 * j] * 32)))
+                    group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [8 * j] * width)))
                 else:
                     group = lane
             d = context.cast(builder, args[1], sa[1], types.int64)
@@ -161,13 +161,54 @@ def _make_pack_quad32(step: int):
     return pack
 
 
-# ``packed[d:d+32] = xp[a0+s*t] | xp[a1+s*t] << 8 | xp[a2+s*t] << 16 | xp[a3+s*t] << 24`` for t < 32 (s = 1, 2), as
-# vector code. The im2col packers write one such 32-lane group per K step and panel; as a numba loop each group
-# paid the vectoriser's set-up (trip-count and alias checks, a remainder loop) for two vectors of work
-# (measured: packing a 3x3 64-channel 56x56 input 271 -> 118 us). Module-level objects, so that numba's disk
-# cache of the packers that call them hits (see _drivers.py).
-pack_quad32 = _make_pack_quad32(1)
-pack_quad32_stride2 = _make_pack_quad32(2)
+def _make_pack_pair(step: int, width: int):
+    @intrinsic
+    def pack(typingctx, packed, d, xp, a0, a1):
+        sig = types.void(packed, d, xp, a0, a1)
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+            p_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+            x_ptr = context.make_array(sa[2])(context, builder, args[2]).data
+            loaded = ir.VectorType(ir.IntType(8), width * step)
+            ints32 = ir.VectorType(ir.IntType(32), width)
+            every = ir.Constant(ir.VectorType(ir.IntType(32), width), [step * t for t in range(width)])
+            group = None
+            for j in range(2):
+                offset = context.cast(builder, args[3 + j], sa[3 + j], types.int64)
+                ptr = builder.bitcast(builder.gep(x_ptr, [offset]), loaded.as_pointer())
+                row = builder.load(ptr, align=1)
+                if step != 1:  # bytes 0, step, 2*step, ...
+                    row = builder.shuffle_vector(row, ir.Constant(loaded, None), every)
+                lane = builder.zext(row, ints32)
+                if j:
+                    group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [16 * j] * width)))
+                else:
+                    group = lane
+            d = context.cast(builder, args[1], sa[1], types.int64)
+            builder.store(group, builder.bitcast(builder.gep(p_ptr, [d]), ints32.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return pack
+
+
+# ``packed[d:d+W] = xp[a0+s*t] | xp[a1+s*t] << 8 | xp[a2+s*t] << 16 | xp[a3+s*t] << 24`` for t < W (s = 1, 2), as
+# vector code. The im2col packers write one such W-lane group per K step and panel (W = NR: 32 on the AVX-512
+# paths, 16 on the AVX2 ones); as a numba loop each group paid the vectoriser's set-up (trip-count and alias
+# checks, a remainder loop) for two vectors of work (measured: packing a 3x3 64-channel 56x56 input 271 -> 118 us
+# at W = 32; at W = 16, 1x1 256 channels @56, 390 -> 100 us). Module-level objects, so that numba's disk cache of
+# the packers that call them hits (see _drivers.py).
+pack_quad32 = _make_pack_quad(1)
+pack_quad32_stride2 = _make_pack_quad(2)
+pack_quad16 = _make_pack_quad(1, 16)
+pack_quad16_stride2 = _make_pack_quad(2, 16)
+# the same for the int16-pair paths (``pmaddwd``): ``packed[d+t] = xp[a0+s*t] | xp[a1+s*t] << 16``
+pack_pair16 = _make_pack_pair(1, 16)
+pack_pair16_stride2 = _make_pack_pair(2, 16)
+pack_pair32 = _make_pack_pair(1, 32)
+pack_pair32_stride2 = _make_pack_pair(2, 32)
 
 
 def splat(builder, value, vty):

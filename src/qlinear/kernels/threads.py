@@ -107,33 +107,46 @@ class SerialOrParallel:
     `TRIALS` others decides for the calls after. (Calls that alternated between the two ways woke a sleeping
     worker for every parallel one and made it look slower than it runs in a sequence of calls.)
     Where a second thread pays depends on the CPU, its load and how fast a sleeping core wakes (50-150 us on
-    the virtual machines measured here), so no size threshold fixed in advance holds everywhere. Both ways
-    give identical bits."""
+    the virtual machines measured here), so no size threshold fixed in advance holds everywhere. A decision is
+    measured again after `RETRY_AFTER` calls, then after four times as many each time: a trial that ran while
+    another process held the second core (seen here: 0.6 ms layers kept on one thread, at twice the time)
+    does not decide for good. Both ways give identical bits."""
 
     TRIALS = 6
     SKIPPED = 2  # the first calls of each way, not counted
     CLEAR_GAIN = 4  # one thread's time over `launch_cost` past which all threads run it without a trial
-    __slots__ = ("serial_times", "parallel_times", "serial")
+    RETRY_AFTER = 64  # calls after the first decision before it is measured again (then x4 each time)
+    __slots__ = ("serial_times", "parallel_times", "serial", "calls", "retry_at")
 
     def __init__(self):
         self.serial_times: list[float] = []
         self.parallel_times: list[float] = []
         self.serial: bool | None = None  # decided
+        self.calls = 0  # since the decision
+        self.retry_at = self.RETRY_AFTER
 
     def next_is_serial(self) -> bool:
-        if self.serial is not None:
-            return self.serial
+        decided = self.serial
+        if decided is not None:
+            self.calls += 1
+            if self.calls < self.retry_at:
+                return decided
+            # measure again (new lists: a concurrent `record` keeps the ones it holds)
+            self.calls, self.retry_at = 0, 4 * self.retry_at
+            self.serial_times, self.parallel_times = [], []
+            self.serial = None
         return len(self.serial_times) < self.SKIPPED + self.TRIALS
 
     def record(self, serial: bool, seconds: float) -> None:
-        (self.serial_times if serial else self.parallel_times).append(seconds)
+        serial_times, parallel_times = self.serial_times, self.parallel_times
+        (serial_times if serial else parallel_times).append(seconds)
         counted = self.SKIPPED + self.TRIALS
-        if serial and len(self.serial_times) == counted and min(self.serial_times[self.SKIPPED:]) >= \
+        if serial and len(serial_times) == counted and min(serial_times[self.SKIPPED:]) >= \
                 self.CLEAR_GAIN * launch_cost():
             self.serial = False  # the work dwarfs waking the workers: no need to time it on all of them
             return
-        if len(self.serial_times) >= counted and len(self.parallel_times) >= counted:
-            self.serial = min(self.serial_times[self.SKIPPED:]) < min(self.parallel_times[self.SKIPPED:])
+        if len(serial_times) >= counted and len(parallel_times) >= counted:
+            self.serial = min(serial_times[self.SKIPPED:]) < min(parallel_times[self.SKIPPED:])
 
 
 _launch_cost: float | None = None
