@@ -718,3 +718,27 @@ def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
             assert decided.serial is not None and len(decided.serial_times) == threads.SerialOrParallel.TRIALS + threads.SerialOrParallel.SKIPPED
     finally:
         threads.set_num_threads(before)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_polyphase_split_of_any_row_width_matches_its_transcription(seed):
+    """im2col._pad_phases2 (whole 64-byte vectors where they stay inside the phase plane, their spill set back to
+    the zero point; byte-masked moves at rows' and planes' ends) against the definition: each phase plane p = 2 rh
+    + rw holds padded[2i + rh, 2j + rw], where padded is x ^ flip with pt rows and pl columns of zau before it and
+    zau after; zau in the slack past the planes. Widths from 1 to 150 bytes (one to three vectors per row)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        planes, h, w = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 151))
+        pt, pl = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+        hq = (pt + h + int(rng.integers(0, 4)) + 1) // 2
+        wq = (pl + w + int(rng.integers(0, 4)) + 1) // 2
+        flip, zau = U8(rng.integers(0, 2) * 128), U8(rng.integers(0, 256))
+        x = rng.integers(0, 256, planes * h * w).astype(np.uint8)
+        slack = 64
+        xp = np.full(planes * 4 * hq * wq + slack, 7, np.uint8)
+        im2col._pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl)
+        padded = np.full((planes, 2 * hq, 2 * wq), zau, np.uint8)
+        padded[:, pt:pt + h, pl:pl + w] = x.reshape(planes, h, w) ^ flip
+        want = np.stack([padded[:, rh::2, rw::2] for rh in (0, 1) for rw in (0, 1)], axis=1).reshape(-1)
+        np.testing.assert_array_equal(xp[:want.size], want, err_msg=f"{(planes, h, w, pt, pl, hq, wq)}")
+        assert (xp[want.size:] == zau).all()

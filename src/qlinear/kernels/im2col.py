@@ -35,10 +35,11 @@ from qlinear.kernels._arguments import read_only
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._byte_moves import copy32_xor, split2_xor, transpose16, transpose32, zip4x16
+    from qlinear.kernels._byte_moves import (copy32_xor, split2_xor, split2_xor_whole, transpose16, transpose32,
+                                              zip4x16)
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
                                               pack_quad32, pack_quad32_stride2)
-    from qlinear.kernels._vector_width import use_512_bit_vectors
+    from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
 
 
 class PackedConv:
@@ -618,6 +619,10 @@ if ig.HAVE_NUMBA:
                     job += n_ch
 
 
+    # AVX-512BW moves exactly the bytes of a mask; elsewhere LLVM expands a byte-masked move into a branch per byte, and
+    # _pad_phases2 takes whole vectors where they fit (split2_xor_whole)
+    _MASKED_BYTES = host_has("avx512bw")
+
     @njit(cache=True, inline="always")
     def _fill(a, lo, hi, value):
         """a[lo:hi] = value, as a loop LLVM turns into a memset (numba's slice assignment costs ~50 ns)."""
@@ -636,16 +641,32 @@ if ig.HAVE_NUMBA:
         # every byte zau first (one memset: the pads cut each phase row into short runs, ~5 ns a run to fill),
         # then x's rows split into place
         _fill(xp, 0, xp.size, zau)
+        n_x = x.size
         for pln in range(planes):
             for rh in range(2):
                 # x's even columns land in column phase pl % 2 from column pl // 2 on, its odd ones in the other
                 pe = (pln * 4 + 2 * rh + pl % 2) * hq * wq + pl // 2
                 po = (pln * 4 + 2 * rh + (pl + 1) % 2) * hq * wq + (pl + 1) // 2
-                # phase rows i whose padded row 2i + rh lies in x
+                # the phase planes' ends: a whole-vector run may spill past its row, never past its plane
+                end_e = (pln * 4 + 2 * rh + pl % 2 + 1) * hq * wq
+                end_o = (pln * 4 + 2 * rh + (pl + 1) % 2 + 1) * hq * wq
+                # phase rows i whose padded row 2i + rh lies in x, in increasing order: what a row's runs spill
+                # into the rows after it is set back to zau at once, and the data of those rows comes later
                 for i in range((pt - rh + 1) // 2, min(hq, (pt + h - rh + 1) // 2)):
                     src = (pln * h + 2 * i + rh - pt) * w
+                    de, do = pe + i * wq, po + i * wq
+                    spill_e = de
+                    spill_o = do
                     for c in range(0, w, 64):
-                        split2_xor(x, src + c, min(64, w - c), flip, xp, pe + i * wq + c // 2, po + i * wq + c // 2)
+                        if (not _MASKED_BYTES and src + c + 64 <= n_x and de + c // 2 + 32 <= end_e
+                                and do + c // 2 + 32 <= end_o):
+                            split2_xor_whole(x, src + c, flip, xp, de + c // 2, do + c // 2)
+                            spill_e = de + c // 2 + 32
+                            spill_o = do + c // 2 + 32
+                        else:
+                            split2_xor(x, src + c, min(64, w - c), flip, xp, de + c // 2, do + c // 2)
+                    _fill(xp, de + (w + 1) // 2, spill_e, zau)
+                    _fill(xp, do + w // 2, spill_o, zau)
 
     @njit(cache=True, nogil=True)
     def _pad_rows(x, s0, flip, xp, o0, h, w, wp, right, zau):
