@@ -11,9 +11,8 @@ from qlinear.kernels import ensure_fresh_numba_cache
 ensure_fresh_numba_cache()  # before any cached kernel loads
 from numba import njit, prange  # noqa: E402
 
-from qlinear.kernels._microkernel import (pack_pair16, pack_pair16_stride2, pack_pair32,  # noqa: E402
-                                         pack_pair32_stride2, pack_quad16, pack_quad16_stride2, pack_quad32,
-                                         pack_quad32_stride2)
+from qlinear.kernels._microkernel import (pack_pair16, pack_pair32, pack_pair32_stride2,  # noqa: E402
+                                         pack_quad16, pack_quad32, pack_quad32_stride2)
 from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 
@@ -253,11 +252,7 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                     # past the last column, never stored), so only the panel's end limits it. Short
                     # segments (7-pixel rows of a 7x7 output) then take the vector intrinsic too
                     # (3x3 512 @7 batch 8: packing 1.21 -> 0.57 ms)
-                    if ln <= 16 and d + 16 <= base + ks * nr and sw == 1:
-                        pack_quad16(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
-                    elif ln <= 16 and d + 16 <= base + ks * nr:
-                        pack_quad16_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
-                    elif ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                    if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
                         pack_quad32(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
                     elif ln <= 32 and d + 32 <= base + ks * nr:
                         pack_quad32_stride2(packed, d, xp, src + k0, src + k1, src + k2, src + k3)
@@ -278,12 +273,8 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                 ln = seg_len[sg]
                 t0 = 0
                 if sw <= 2:
-                    # as for the quads above: a vector group may run past the segment, the panel's end limits it
-                    if ln <= 16 and d + 16 <= base + ks * nr and sw == 1:
-                        pack_pair16(packed, d, xp, src + k0, src + k1)
-                    elif ln <= 16 and d + 16 <= base + ks * nr:
-                        pack_pair16_stride2(packed, d, xp, src + k0, src + k1)
-                    elif ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
+                    # as for the quads above: a 32-lane group may run past the segment, the panel's end limits it
+                    if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
                         pack_pair32(packed, d, xp, src + k0, src + k1)
                     elif ln <= 32 and d + 32 <= base + ks * nr:
                         pack_pair32_stride2(packed, d, xp, src + k0, src + k1)

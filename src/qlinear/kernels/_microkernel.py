@@ -203,10 +203,8 @@ def _make_pack_pair(step: int, width: int):
 pack_quad32 = _make_pack_quad(1)
 pack_quad32_stride2 = _make_pack_quad(2)
 pack_quad16 = _make_pack_quad(1, 16)
-pack_quad16_stride2 = _make_pack_quad(2, 16)
 # the same for the int16-pair paths (``pmaddwd``): ``packed[d+t] = xp[a0+s*t] | xp[a1+s*t] << 16``
 pack_pair16 = _make_pack_pair(1, 16)
-pack_pair16_stride2 = _make_pack_pair(2, 16)
 pack_pair32 = _make_pack_pair(1, 32)
 pack_pair32_stride2 = _make_pack_pair(2, 32)
 
