@@ -43,22 +43,9 @@ def pytest_configure(config):
         os.environ["QLINEAR_FULL_TESTS"] = "1"  # before tests/suite.py is imported by any test module
 
 
-# pytest-xdist's scheduling unit (--dist loadgroup, pyproject.toml): a test file, as --dist loadfile had it, except that
-# the files that call the TensorFlow-arithmetic kernels share one: numba compiles those kernels' many type
-# specializations for about a minute in every worker that calls them (57-78 s per worker in a cold run), so one
-# worker compiles them and the other meanwhile runs the rest.
-_TF_KERNEL_FILES = ("tests/tf/", "tests/kernels/test_tf_")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     import suite
 
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::")[0]
-            group = "tensorflow-kernels" if path.startswith(_TF_KERNEL_FILES) else path
-            item.add_marker(pytest.mark.xdist_group(name=group))
     if suite.FULL:
         return
     skip = pytest.mark.skip(reason="in the full suite only: uv run pytest --full")
