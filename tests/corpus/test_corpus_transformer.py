@@ -64,6 +64,7 @@ def test_calibration_file_is_read_by_qlinear_quantize(model, tmp_path):
     assert vectors.shape == (16, 384) and np.isfinite(vectors).all()
 
 
+@pytest.mark.full  # 10 s of a 2-core CI run: the feature's bits and graph are tests/cli/test_gather_tables.py's
 def test_int4_embedding_tables_are_gathered_without_dequantizing_the_tables(model, tmp_path):
     """`qlinear quantize MODEL --dtype int4` (the default --target onnxruntime; rtn, the fastest): the three embedding tables (words
     30522 x 384, positions, token types) are read by onnxruntime's GatherBlockQuantized, so onnxruntime's optimized
