@@ -128,35 +128,41 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool):
     return microkernel
 
 
+def _pack_codegen(rows: int, step: int, width: int):
+    """The codegen of ``packed[d + t] = OR over j < rows of xp[a_j + step * t] << (32 / rows) * j`` for t < width:
+    ``rows`` byte runs zero-extended into each int32 lane (4: byte quads, 2: int16 pairs)."""
+    shift = 32 // rows
+
+    def codegen(context, builder, signature, args):
+        sa = signature.args
+        p_ptr = context.make_array(sa[0])(context, builder, args[0]).data
+        x_ptr = context.make_array(sa[2])(context, builder, args[2]).data
+        loaded = ir.VectorType(ir.IntType(8), width * step)
+        ints32 = ir.VectorType(ir.IntType(32), width)
+        every = ir.Constant(ir.VectorType(ir.IntType(32), width), [step * t for t in range(width)])
+        group = None
+        for j in range(rows):
+            offset = context.cast(builder, args[3 + j], sa[3 + j], types.int64)
+            ptr = builder.bitcast(builder.gep(x_ptr, [offset]), loaded.as_pointer())
+            row = builder.load(ptr, align=1)
+            if step != 1:  # bytes 0, step, 2*step, ...
+                row = builder.shuffle_vector(row, ir.Constant(loaded, None), every)
+            lane = builder.zext(row, ints32)
+            if j:
+                group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [shift * j] * width)))
+            else:
+                group = lane
+        d = context.cast(builder, args[1], sa[1], types.int64)
+        builder.store(group, builder.bitcast(builder.gep(p_ptr, [d]), ints32.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 def _make_pack_quad(step: int, width: int = 32):
     @intrinsic
     def pack(typingctx, packed, d, xp, a0, a1, a2, a3):
-        sig = types.void(packed, d, xp, a0, a1, a2, a3)
-
-        def codegen(context, builder, signature, args):
-            sa = signature.args
-            p_ptr = context.make_array(sa[0])(context, builder, args[0]).data
-            x_ptr = context.make_array(sa[2])(context, builder, args[2]).data
-            loaded = ir.VectorType(ir.IntType(8), width * step)
-            ints32 = ir.VectorType(ir.IntType(32), width)
-            every = ir.Constant(ir.VectorType(ir.IntType(32), width), [step * t for t in range(width)])
-            group = None
-            for j in range(4):
-                offset = context.cast(builder, args[3 + j], sa[3 + j], types.int64)
-                ptr = builder.bitcast(builder.gep(x_ptr, [offset]), loaded.as_pointer())
-                row = builder.load(ptr, align=1)
-                if step != 1:  # bytes 0, step, 2*step, ...
-                    row = builder.shuffle_vector(row, ir.Constant(loaded, None), every)
-                lane = builder.zext(row, ints32)
-                if j:
-                    group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [8 * j] * width)))
-                else:
-                    group = lane
-            d = context.cast(builder, args[1], sa[1], types.int64)
-            builder.store(group, builder.bitcast(builder.gep(p_ptr, [d]), ints32.as_pointer()), align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return types.void(packed, d, xp, a0, a1, a2, a3), _pack_codegen(4, step, width)
 
     return pack
 
@@ -164,32 +170,7 @@ def _make_pack_quad(step: int, width: int = 32):
 def _make_pack_pair(step: int, width: int):
     @intrinsic
     def pack(typingctx, packed, d, xp, a0, a1):
-        sig = types.void(packed, d, xp, a0, a1)
-
-        def codegen(context, builder, signature, args):
-            sa = signature.args
-            p_ptr = context.make_array(sa[0])(context, builder, args[0]).data
-            x_ptr = context.make_array(sa[2])(context, builder, args[2]).data
-            loaded = ir.VectorType(ir.IntType(8), width * step)
-            ints32 = ir.VectorType(ir.IntType(32), width)
-            every = ir.Constant(ir.VectorType(ir.IntType(32), width), [step * t for t in range(width)])
-            group = None
-            for j in range(2):
-                offset = context.cast(builder, args[3 + j], sa[3 + j], types.int64)
-                ptr = builder.bitcast(builder.gep(x_ptr, [offset]), loaded.as_pointer())
-                row = builder.load(ptr, align=1)
-                if step != 1:  # bytes 0, step, 2*step, ...
-                    row = builder.shuffle_vector(row, ir.Constant(loaded, None), every)
-                lane = builder.zext(row, ints32)
-                if j:
-                    group = builder.or_(group, builder.shl(lane, ir.Constant(ints32, [16 * j] * width)))
-                else:
-                    group = lane
-            d = context.cast(builder, args[1], sa[1], types.int64)
-            builder.store(group, builder.bitcast(builder.gep(p_ptr, [d]), ints32.as_pointer()), align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return types.void(packed, d, xp, a0, a1), _pack_codegen(2, step, width)
 
     return pack
 
