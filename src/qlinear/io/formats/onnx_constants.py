@@ -95,7 +95,7 @@ def prune_unused(graph) -> int:
     of its subgraphs reads them), repeatedly, then its initializers nothing reads; returns how many nodes."""
     removed = 0
     while True:
-        used = _names_read(graph)
+        used = names_read(graph)
         dead = [node for node in graph.node if node.output and not any(o in used for o in node.output if o)]
         if not dead:
             inputs = {i.name for i in graph.input}
@@ -107,11 +107,11 @@ def prune_unused(graph) -> int:
         removed += len(dead)
 
 
-def _names_read(graph) -> set[str]:
+def names_read(graph) -> set[str]:
     """Every name the nodes of ``graph`` and of their subgraphs read, and its outputs."""
     names = {o.name for o in graph.output}
     for node in graph.node:
         names.update(node.input)
         for sub in subgraphs(node):
-            names.update(_names_read(sub))
+            names.update(names_read(sub))
     return names

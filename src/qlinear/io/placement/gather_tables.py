@@ -12,10 +12,11 @@ zeros for an index out of range where Gather fails.
 
 from __future__ import annotations
 
+from ..formats.onnx_constants import names_read, subgraphs
+
 DOMAIN = "com.microsoft"
 _INT4, _UINT4 = 22, 21  # TensorProto.INT4, UINT4
 _SCALE_TYPES = (1, 10)  # FLOAT, FLOAT16: the kernel's output types
-_GRAPH_ATTRIBUTES = (5, 10)  # AttributeProto.GRAPH, GRAPHS
 
 
 def rewrite(model) -> list[str]:
@@ -95,15 +96,7 @@ def _constant_types(graph) -> dict:
 
 def _subgraph_inputs(graph) -> set[str]:
     """Every tensor name a node of a subgraph (If/Loop/Scan bodies, at any depth) reads."""
-    names: set[str] = set()
-    stack = [a for node in graph.node for a in node.attribute if a.type in _GRAPH_ATTRIBUTES]
-    while stack:
-        attribute = stack.pop()
-        for sub in ([attribute.g] if attribute.type == 5 else list(attribute.graphs)):
-            for node in sub.node:
-                names.update(node.input)
-                stack.extend(a for a in node.attribute if a.type in _GRAPH_ATTRIBUTES)
-    return names
+    return {name for node in graph.node for sub in subgraphs(node) for name in names_read(sub)}
 
 
 # Operators onnxruntime runs on a float weight only: a DequantizeLinear of a constant in front of one stays in its
