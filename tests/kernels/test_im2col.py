@@ -261,7 +261,8 @@ CL_ALL = dict(_DW_CL_MAX_OUT=1 << 62, _DW_CL_MAX_OUT_S2=1 << 62)
 CL_NONE = dict(_DW_CL_MAX_OUT=0, _DW_CL_MAX_OUT_S2=0)
 PERM_NONE = dict(_DW_PERM=False)
 PERM_ALL = dict(_DW_PERM=True)
-DW3X3_KERNELS = {"channels_last": dict(CL_ALL, **PERM_NONE, _DW_VNNI=False, _FORCE_SERIAL=False),  # on every thread
+DW3X3_KERNELS = {"channels_last": dict(CL_ALL, **PERM_NONE, _DW_VNNI=False, _DW_PAIRS=False,
+                                       _FORCE_SERIAL=False),  # on every thread
                  "channels_last_vnni": dict(CL_ALL, **PERM_NONE, _DW_VNNI=True),  # its vpdpbusd form when weights allow
                  "perm": dict(PERM_ALL),  # channel by channel with vpermb, when the CPU and the weights allow
                  "split": dict(CL_NONE, **PERM_NONE, _DW_SPLIT_MIN_PLANE=0, _DW_SPLIT_STRIDE1=True, _FUSE_DW3X3=True),
@@ -353,6 +354,79 @@ def test_depthwise3x3_vnni_kernel_matches_direct_int64(monkeypatch, path, case, 
     ref = np.clip(np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
     np.testing.assert_array_equal(y, ref.astype(U8))
     assert calls == ["zmm" if path == "avx512vnni" else "ymm"] * 2
+
+
+PAIR_PATHS = [p for p in ("avx2ub", "avx2") if p in PATHS]
+
+
+def pair_taps_case(rng, xs, xdt, w_dtype):
+    """Like int8_centred_case, but centred weights whose pairs of taps (0, 1), (2, 3), (4, 5), (6, 7) have
+    |w_a| + |w_b| <= 128 (the vpmaddubsw kernel's condition), channels 0-2 at its edges (-128 and 0, 127 and 1,
+    64 and -64) with tap 8 at the extremes of the weights' type, x at both ends of its range."""
+    c = xs[1]
+    x = rand(rng, xs, xdt)
+    x.reshape(-1)[:2] = (np.iinfo(xdt).min, np.iinfo(xdt).max)
+    a = rng.integers(-64, 65, (c, 4))
+    b = np.sign(rng.integers(-1, 2, (c, 4))) * rng.integers(0, 129 - np.abs(a))
+    taps = np.empty((c, 9), np.int64)
+    taps[:, 0:8:2], taps[:, 1:8:2] = a, b
+    lo, hi = (-128, 127) if w_dtype == I8 else (0, 255)
+    zw = rng.integers(-20, 21, c) if w_dtype == I8 else rng.integers(100, 157, c)
+    # every centred tap a signed byte and a weight of w's type once the zero point is added back
+    taps[:, :8] = np.clip(taps[:, :8], np.maximum(-128, lo - zw)[:, None], np.minimum(127, hi - zw)[:, None])
+    taps[:, 8] = rng.integers(lo, hi + 1, c) - zw
+    edges = [(-128, 0), (127, 1), (64, -64)]
+    for ch in range(min(3, c)):
+        zw[ch] = 0 if w_dtype == I8 else 128
+        taps[ch, :8] = np.tile(edges[ch], 4)
+        taps[ch, 8] = (lo if ch % 2 else hi) - zw[ch]
+    w = (taps + zw.reshape(-1, 1)).astype(w_dtype).reshape(c, 1, 3, 3)
+    return x, w, zw.astype(w_dtype), rand(rng, (), xdt), rng.integers(-2**24, 2**24, c).astype(np.int32)
+
+
+@pytest.mark.skipif(not PAIR_PATHS, reason="no AVX2 on this CPU")
+@pytest.mark.parametrize("path", PAIR_PATHS)
+@pytest.mark.parametrize("case", [c for c in DW3X3_CASES if c[1] == 1])
+@pytest.mark.parametrize("xdt", [U8, I8])
+def test_depthwise3x3_pairs_kernel_matches_direct_int64(monkeypatch, path, case, xdt):
+    for name, value in dict(CL_ALL, **PERM_NONE, _FORCE_SERIAL=xdt == U8).items():
+        monkeypatch.setattr(im2col, name, value)
+    xs, _mult, s, d, pb, pe = case
+    c = xs[1]
+    rng = np.random.default_rng(len(xs) * 43 + s * 5 + d + xs[-1])
+    w_dtype = I8 if xs[-1] % 2 else U8
+    x, w, zw, za, bias = pair_taps_case(rng, xs, xdt, w_dtype)
+    packed = im2col.prepack_conv(w, zw, c)
+    assert packed.depthwise_pair_taps() is not None
+    g = geo((s, s), (d, d), pb, pe)
+    calls = []
+    real = im2col._depthwise3x3_cl_pairs
+    monkeypatch.setattr(im2col, "_depthwise3x3_cl_pairs", lambda *a: (calls.append(1), real(*a))[1])
+    got = im2col.conv(x, za, packed, bias, g, path=path)
+    want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
+    np.testing.assert_array_equal(got, want)
+    m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
+    y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, "float64"), path=path)
+    ref = np.clip(np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128), 0, 255)
+    np.testing.assert_array_equal(y, ref.astype(U8))
+    assert calls == [1, 1]
+
+
+def test_depthwise_pair_taps_refuses_pairs_past_128():
+    w = np.zeros((2, 1, 3, 3), I8)
+    assert im2col.prepack_conv(w, I8(0), 2).depthwise_pair_taps() is not None
+    w[1, 0, 1, 0], w[1, 0, 1, 1] = 100, -29  # taps 3 and 4: different pairs, fine
+    assert im2col.prepack_conv(w, I8(0), 2).depthwise_pair_taps() is not None
+    w[1, 0, 0, 2], w[1, 0, 1, 0] = -100, 29  # taps 2 and 3: one pair, 129
+    assert im2col.prepack_conv(w, I8(0), 2).depthwise_pair_taps() is None
+    wu = np.full((2, 1, 3, 3), 128, U8)
+    wu[0, 0, 0, 0] = 0  # centred -128 beside 0: fits; 255 - 0 in tap 8 of a uint8 kernel: fits
+    assert im2col.prepack_conv(wu, U8(128), 2).depthwise_pair_taps() is not None
+    wu[0, 0, 0, 0] = 0
+    wu[1, 0, 0, 0] = 255  # centred 127 and 0
+    assert im2col.prepack_conv(wu, U8(128), 2).depthwise_pair_taps() is not None
+    assert im2col.prepack_conv(wu, U8(127), 2).depthwise_pair_taps() is None  # centred 128: not a signed byte
+    assert im2col.prepack_conv(np.zeros((2, 1, 3, 5), I8), I8(0), 2).depthwise_pair_taps() is None  # not 3x3
 
 
 PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [

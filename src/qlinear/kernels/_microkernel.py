@@ -256,6 +256,107 @@ depthwise_dot3_512 = _make_dot3("dpbusd512")
 depthwise_dot3_256 = _make_dot3("dpbusd256")
 
 
+def _make_taps9_pairs():
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    b32, w16, d8 = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 8)
+
+    def mask(idx):
+        return ir.Constant(ir.VectorType(i32, len(idx)), idx)
+
+    # vpunpck{l,h}{bw,wd} within each 128-bit half, and the 128-bit halves of two vectors put back together
+    lo8 = mask([h * 16 + k + 32 * s for h in (0, 1) for k in range(8) for s in (0, 1)])
+    hi8 = mask([h * 16 + 8 + k + 32 * s for h in (0, 1) for k in range(8) for s in (0, 1)])
+    lo16 = mask([h * 8 + k + 16 * s for h in (0, 1) for k in range(4) for s in (0, 1)])
+    hi16 = mask([h * 8 + 4 + k + 16 * s for h in (0, 1) for k in range(4) for s in (0, 1)])
+    low_halves = mask([0, 1, 2, 3, 8, 9, 10, 11])
+    high_halves = mask([4, 5, 6, 7, 12, 13, 14, 15])
+
+    @intrinsic
+    def taps9(typingctx, xt, o0, o1, o2, dwc, wq, c0, acc, a_off, cp):
+        sig = types.void(xt, o0, o1, o2, dwc, wq, c0, acc, a_off, cp)
+
+        def codegen(context, builder, signature, args):
+            sa = signature.args
+
+            def arg(k):
+                return context.cast(builder, args[k], sa[k], types.int64)
+
+            def data(k):
+                return context.make_array(sa[k])(context, builder, args[k]).data
+
+            if not _host_has("avx2"):  # never called there
+                _trap(builder)
+                return context.get_dummy_value()
+            x_ptr, w_ptr, c_ptr, a_ptr = data(0), data(5), data(6), data(7)
+            rows, dwc, a_off, cp = [arg(1), arg(2), arg(3)], arg(4), arg(8), arg(9)
+            maddubs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(w16, [b32, b32]),
+                                                     "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(d8, [w16, w16]),
+                                                    "llvm.x86.avx2.pmadd.wd")
+            ones = ir.Constant(w16, [1] * 16)
+            zero8 = ir.Constant(b32, [0] * 32)
+            zero16 = ir.Constant(w16, [0] * 16)
+
+            def load(ptr, at, ty):
+                return builder.load(builder.bitcast(builder.gep(ptr, [at]), ty.as_pointer()), align=1)
+
+            def spread(a, b, c, d):
+                """The 4 vectors of byte quads (a, b, c, d)[ch] of channels 0-3|16-19, 4-7|20-23, 8-11|24-27,
+                12-15|28-31 (vpunpck's order)."""
+                ab = [builder.shuffle_vector(a, b, m) for m in (lo8, hi8)]
+                cd = [builder.shuffle_vector(c, d, m) for m in (lo8, hi8)]
+                out = []
+                for h in (0, 1):
+                    ab16, cd16 = builder.bitcast(ab[h], w16), builder.bitcast(cd[h], w16)
+                    out += [builder.shuffle_vector(ab16, cd16, m) for m in (lo16, hi16)]
+                return out
+
+            n_blocks = builder.udiv(cp, ir.Constant(i64, 32))
+            with cgutils.for_range(builder, n_blocks) as loop:
+                c = builder.mul(loop.index, ir.Constant(i64, 32))
+                w_base = builder.mul(loop.index, ir.Constant(i64, 96))  # 12 vectors of 8 int32 per block
+                taps = [load(x_ptr, builder.add(builder.add(rows[r], builder.mul(dwc, ir.Constant(i64, j))), c), b32)
+                        for r in range(3) for j in range(3)]
+                sums = []
+                for q in range(2):  # taps 0-3 and 4-7: vpmaddubsw pairs, vpmaddwd by ones
+                    quads = spread(*taps[4 * q:4 * q + 4])
+                    for v in range(4):
+                        wv = load(w_ptr, builder.add(w_base, ir.Constant(i64, (4 * q + v) * 8)), b32)
+                        pair = builder.call(maddubs, [builder.bitcast(quads[v], b32), wv])
+                        prod = builder.call(maddwd, [pair, ones])
+                        sums.append(prod) if q == 0 else sums.__setitem__(v, builder.add(sums[v], prod))
+                # tap 8 alone: zero-extended to int16 pairs (x, 0), vpmaddwd by (w, 0)
+                single = [builder.shuffle_vector(taps[8], zero8, m) for m in (lo8, hi8)]
+                for h in (0, 1):
+                    s16 = builder.bitcast(single[h], w16)
+                    for k, m in enumerate((lo16, hi16)):
+                        v = 2 * h + k
+                        xv = builder.shuffle_vector(s16, zero16, m)
+                        wv = load(w_ptr, builder.add(w_base, ir.Constant(i64, (8 + v) * 8)), w16)
+                        sums[v] = builder.add(sums[v], builder.call(maddwd, [xv, wv]))
+                # channels back in order: 0-7, 8-15, 16-23, 24-31
+                for k, (u, v, m) in enumerate(((0, 1, low_halves), (2, 3, low_halves), (0, 1, high_halves),
+                                               (2, 3, high_halves))):
+                    at = builder.add(c, ir.Constant(i64, 8 * k))
+                    total = builder.add(builder.shuffle_vector(sums[u], sums[v], m), load(c_ptr, at, d8))
+                    builder.store(total, builder.bitcast(builder.gep(a_ptr, [builder.add(a_off, at)]),
+                                                         d8.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return taps9
+
+
+# ``acc[a_off + c] = c0[c] + sum over the 9 taps t = 3r + j of xt[o_r + j * dwc + c] * w[t, c]`` for c < cp (a
+# multiple of 32): one output pixel of a 3x3 depthwise kernel on a channels-last plane, on AVX2 without VNNI. Each
+# 32 channels' taps 0-3 and 4-7 become byte quads (vpunpck) summed by vpmaddubsw and vpmaddwd by ones, exact
+# where the pairs of taps (0, 1), (2, 3), (4, 5), (6, 7) have |w_a| + |w_b| <= 128 (255 * 128 fits int16); tap 8
+# is widened to int16 and taken by vpmaddwd. wq: per 32 channels, 12 vectors of 8 int32 in the quads' channel
+# order (PackedConv.depthwise_pair_taps).
+depthwise_taps9_pairs = _make_taps9_pairs()
+
+
 def _make_perm_dot3():
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     bytes64 = ir.VectorType(i8, 64)

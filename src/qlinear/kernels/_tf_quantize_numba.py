@@ -141,64 +141,28 @@ def _dequantize_one(q, mode, a, b, half):
 
 
 @njit(inline="always", **_JIT)
-def _quantize_run(x, out, i, n, mode, av, bv, cv, half_range, lower, upper, nan_value):
-    """out[i:i + n] from x[i:i + n] with one slice's constants and a constant mode, in blocks with the input
-    prefetched ahead (`qlinear.kernels._prefetch`); unsigned offsets into slices starting at 0, so LLVM sees
-    non-negative indices."""
-    xs = x[i:i + n]
-    os = out[i:i + n]
-    for b in range(0, n, BLOCK):
-        m = min(BLOCK, n - b)
-        prefetch_ahead(x, i + b, m)
-        u = np.uint64(b)
-        for k in range(m):
-            os[u + np.uint64(k)] = _quantize_one(xs[u + np.uint64(k)], mode, av, bv, cv, half_range, lower, upper,
-                                                 nan_value)
-
-
-@njit(**_JIT)
 def _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, row_start, row_stop, slices):
-    # x and out are [rows, post] flattened; row r belongs to slice r % slices
-    use_512_bit_vectors()
+    """Rows [row_start, row_stop) of x and out, [rows, post] flattened; row r belongs to slice r % slices. In
+    blocks with the input prefetched ahead (`qlinear.kernels._prefetch`); unsigned offsets into slices starting
+    at 0, so LLVM sees non-negative indices."""
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv, cv = a[s], b[s], c[s]
         i = r * post
-        # one call per mode, each inlined with a constant mode, so that each is a straight vectorisable loop
-        if mode == Q_SCALED_EVEN:
-            _quantize_run(x, out, i, post, Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_SCALED_AWAY:
-            _quantize_run(x, out, i, post, Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_COMBINED_SIGNED:
-            _quantize_run(x, out, i, post, Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_COMBINED_UNSIGNED:
-            _quantize_run(x, out, i, post, Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_FIRST:
-            _quantize_run(x, out, i, post, Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_NO_FLUSH + Q_SCALED_EVEN:
-            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_SCALED_EVEN, av, bv, cv, half_range, lower, upper,
-                          nan_value)
-        elif mode == Q_NO_FLUSH + Q_SCALED_AWAY:
-            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_SCALED_AWAY, av, bv, cv, half_range, lower, upper,
-                          nan_value)
-        elif mode == Q_NO_FLUSH + Q_COMBINED_SIGNED:
-            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_COMBINED_SIGNED, av, bv, cv, half_range, lower, upper,
-                          nan_value)
-        elif mode == Q_NO_FLUSH + Q_COMBINED_UNSIGNED:
-            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_COMBINED_UNSIGNED, av, bv, cv, half_range, lower, upper,
-                          nan_value)
-        elif mode == Q_COMBINED_SIGNED_EXACT:
-            _quantize_run(x, out, i, post, Q_COMBINED_SIGNED_EXACT, av, bv, cv, half_range, lower, upper, nan_value)
-        elif mode == Q_COMBINED_UNSIGNED_EXACT:
-            _quantize_run(x, out, i, post, Q_COMBINED_UNSIGNED_EXACT, av, bv, cv, half_range, lower, upper,
-                          nan_value)
-        else:
-            _quantize_run(x, out, i, post, Q_NO_FLUSH + Q_FIRST, av, bv, cv, half_range, lower, upper, nan_value)
+        xs = x[i:i + post]
+        os = out[i:i + post]
+        for first in range(0, post, BLOCK):
+            m = min(BLOCK, post - first)
+            prefetch_ahead(x, i + first, m)
+            u = np.uint64(first)
+            for k in range(m):
+                os[u + np.uint64(k)] = _quantize_one(xs[u + np.uint64(k)], mode, av, bv, cv, half_range, lower,
+                                                     upper, nan_value)
 
 
 @njit(inline="always", **_JIT)
-def _quantize_last_axis_loop(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, row_start, row_stop):
-    # rows in blocks with the input prefetched ahead, as `_quantize_run`
+def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, row_start, row_stop):
+    """post == 1: each row is the whole slice axis, parameters per element."""
     for r in range(row_start, row_stop):
         i = r * slices
         xs = x[i:i + slices]
@@ -212,84 +176,48 @@ def _quantize_last_axis_loop(x, out, a, b, c, slices, mode, half_range, lower, u
                 os[e] = _quantize_one(xs[e], mode, a[e], b[e], c[e], half_range, lower, upper, nan_value)
 
 
-@njit(**_JIT)
-def _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, row_start, row_stop):
-    # post == 1: each row is the whole slice axis, parameters per element. One loop per mode, each with a
-    # constant mode, so that each is a straight vectorisable loop (a runtime mode leaves every branch of
-    # _quantize_one in the loop body: 3-13x slower).
-    use_512_bit_vectors()
-    if mode == Q_SCALED_EVEN:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_SCALED_EVEN, half_range, lower, upper, nan_value,
-                                 row_start, row_stop)
-    elif mode == Q_SCALED_AWAY:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_SCALED_AWAY, half_range, lower, upper, nan_value,
-                                 row_start, row_stop)
-    elif mode == Q_COMBINED_SIGNED:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_SIGNED, half_range, lower, upper, nan_value,
-                                 row_start, row_stop)
-    elif mode == Q_COMBINED_UNSIGNED:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_UNSIGNED, half_range, lower, upper, nan_value,
-                                 row_start, row_stop)
-    elif mode == Q_FIRST:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_FIRST, half_range, lower, upper, nan_value,
-                                 row_start, row_stop)
-    elif mode == Q_NO_FLUSH + Q_SCALED_EVEN:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_SCALED_EVEN, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
-    elif mode == Q_NO_FLUSH + Q_SCALED_AWAY:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_SCALED_AWAY, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
-    elif mode == Q_NO_FLUSH + Q_COMBINED_SIGNED:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_COMBINED_SIGNED, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
-    elif mode == Q_NO_FLUSH + Q_COMBINED_UNSIGNED:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_COMBINED_UNSIGNED, half_range, lower,
-                                 upper, nan_value, row_start, row_stop)
-    elif mode == Q_COMBINED_SIGNED_EXACT:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_SIGNED_EXACT, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
-    elif mode == Q_COMBINED_UNSIGNED_EXACT:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_COMBINED_UNSIGNED_EXACT, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
-    else:
-        _quantize_last_axis_loop(x, out, a, b, c, slices, Q_NO_FLUSH + Q_FIRST, half_range, lower, upper,
-                                 nan_value, row_start, row_stop)
+def _make_quantize_serial(mode: int):
+    """``quantize_serial`` for one mode: a kernel of its own per mode, compiled when first called, in which
+    ``mode`` is a constant (a closure variable), so that _quantize_one folds to that mode's operations and each
+    loop is a straight vectorisable one (a runtime mode leaves every branch in the loop body: 3-13x slower).
+    One kernel holding every mode took numba's front end ~30 s to compile per output type. (It reads no other
+    closure: numba's disk cache keys a closure by its variables' pickles, and a kernel's differs per process.)"""
+
+    @njit(**_JIT)
+    def quantize_serial(x, out, a, b, c, post, slices, half_range, lower, upper, nan_value, start, stop):
+        """Items [start, stop): elements (per-tensor), rows of the slice axis (axis last), else rows."""
+        use_512_bit_vectors()
+        if slices == 1:
+            _quantize_rows(x[start:stop], out[start:stop], a, b, c, stop - start, mode, half_range, lower, upper,
+                           nan_value, 0, 1, 1)
+        elif post == 1:
+            _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, start, stop)
+        else:
+            _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, start, stop, slices)
+
+    return quantize_serial
 
 
 @njit(inline="always", **_JIT)
-def _dequantize_run(q, out, i, n, mode, av, bv, half):
-    """out[i:i + n] from q[i:i + n] (see `_quantize_run`); the output's lines are requested too, for writing."""
-    qs = q[i:i + n]
-    os = out[i:i + n]
-    for b in range(0, n, BLOCK):
-        m = min(BLOCK, n - b)
-        prefetch_ahead(q, i + b, m)
-        prefetch_ahead(out, i + b, m, True)
-        u = np.uint64(b)
-        for k in range(m):
-            os[u + np.uint64(k)] = _dequantize_one(qs[u + np.uint64(k)], mode, av, bv, half)
-
-
-@njit(**_JIT)
 def _dequantize_rows(q, out, a, b, post, mode, half, row_start, row_stop, slices):
-    use_512_bit_vectors()
+    """As `_quantize_rows`; the output's lines are requested too, for writing."""
     for r in range(row_start, row_stop):
         s = r % slices
         av, bv = a[s], b[s]
         i = r * post
-        if mode == DQ_COMBINED:
-            _dequantize_run(q, out, i, post, DQ_COMBINED, av, bv, half)
-        elif mode == DQ_FIRST:
-            _dequantize_run(q, out, i, post, DQ_FIRST, av, bv, half)
-        elif mode == DQ_SCALED:
-            _dequantize_run(q, out, i, post, DQ_SCALED, av, bv, half)
-        else:
-            _dequantize_run(q, out, i, post, DQ_SCALED_WRAP, av, bv, half)
+        qs = q[i:i + post]
+        os = out[i:i + post]
+        for first in range(0, post, BLOCK):
+            m = min(BLOCK, post - first)
+            prefetch_ahead(q, i + first, m)
+            prefetch_ahead(out, i + first, m, True)
+            u = np.uint64(first)
+            for k in range(m):
+                os[u + np.uint64(k)] = _dequantize_one(qs[u + np.uint64(k)], mode, av, bv, half)
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop):
-    use_512_bit_vectors()
     for r in range(row_start, row_stop):
         i = r * slices
         qs = q[i:i + slices]
@@ -304,23 +232,22 @@ def _dequantize_last_axis(q, out, a, b, slices, mode, half, row_start, row_stop)
                 os[e] = _dequantize_one(qs[e], mode, a[e], b[e], half)
 
 
-@njit(**_JIT)
-def quantize_serial(x, out, a, b, c, post, slices, mode, half_range, lower, upper, nan_value, start, stop):
-    """Items [start, stop): elements (per-tensor), rows of the slice axis (axis last), else rows."""
-    if slices == 1:
-        _quantize_rows(x[start:stop], out[start:stop], a, b, c, stop - start, mode, half_range, lower, upper, nan_value,
-                       0, 1, 1)
-    elif post == 1:
-        _quantize_last_axis(x, out, a, b, c, slices, mode, half_range, lower, upper, nan_value, start, stop)
-    else:
-        _quantize_rows(x, out, a, b, c, post, mode, half_range, lower, upper, nan_value, start, stop, slices)
+def _make_dequantize_serial(mode: int):
+    """``dequantize_serial`` for one mode (see `_make_quantize_serial`)."""
+
+    @njit(**_JIT)
+    def dequantize_serial(q, out, a, b, post, slices, half, start, stop):
+        use_512_bit_vectors()
+        if slices == 1:
+            _dequantize_rows(q[start:stop], out[start:stop], a, b, stop - start, mode, half, 0, 1, 1)
+        elif post == 1:
+            _dequantize_last_axis(q, out, a, b, slices, mode, half, start, stop)
+        else:
+            _dequantize_rows(q, out, a, b, post, mode, half, start, stop, slices)
+
+    return dequantize_serial
 
 
-@njit(**_JIT)
-def dequantize_serial(q, out, a, b, post, slices, mode, half, start, stop):
-    if slices == 1:
-        _dequantize_rows(q[start:stop], out[start:stop], a, b, stop - start, mode, half, 0, 1, 1)
-    elif post == 1:
-        _dequantize_last_axis(q, out, a, b, slices, mode, half, start, stop)
-    else:
-        _dequantize_rows(q, out, a, b, post, mode, half, start, stop, slices)
+# the kernels by mode code (`qlinear.kernels.tf_quantize` picks one per call)
+QUANTIZE_SERIAL = tuple(_make_quantize_serial(mode) for mode in range(Q_COMBINED_UNSIGNED_EXACT + 1))
+DEQUANTIZE_SERIAL = tuple(_make_dequantize_serial(mode) for mode in range(DQ_SCALED_WRAP + 1))

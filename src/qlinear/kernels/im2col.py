@@ -38,7 +38,7 @@ if ig.HAVE_NUMBA:
     from qlinear.kernels._byte_moves import (copy32_xor, split2_xor, split2_xor_whole, transpose16, transpose32,
                                               zip4x16)
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
-                                              pack_quad32, pack_quad32_stride2)
+                                              depthwise_taps9_pairs, pack_quad32, pack_quad32_stride2)
     from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
 
 
@@ -86,6 +86,7 @@ class PackedConv:
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)
         self.w_centered_t = None  # see centered_taps_first
         self._vnni_rows = False  # (3, M rounded up to 16) int32, made on first use; None: not int8
+        self._pair_taps = False  # depthwise_pair_taps, made on first use
 
     @property
     def groups(self) -> list:
@@ -119,6 +120,34 @@ class PackedConv:
                 g[:, :self.out_channels, :3] = wc.reshape(-1, 3, 3).transpose(1, 0, 2)
                 self._vnni_rows = np.ascontiguousarray(g).view(np.int32).reshape(3, cp)
         return self._vnni_rows
+
+    def depthwise_pair_taps(self):
+        """A 3x3 depthwise kernel's centred weights in the order of _microkernel.depthwise_taps9_pairs: per 32
+        channels, 12 vectors of 8 int32 (taps 0-3 as signed byte quads, taps 4-7 likewise, tap 8 as int16 pairs
+        (w, 0)), each vector's lanes channels 4v..4v+3 and 16+4v..16+4v+3 of the block. None unless every pair
+        of taps (0, 1), (2, 3), (4, 5), (6, 7) has |w_a| + |w_b| <= 128 (vpmaddubsw's int16 sums stay exact for
+        unsigned bytes: 255 * 128 = 32640)."""
+        if self._pair_taps is False:
+            wt = self.centered_taps_first()  # (9, M)
+            pairs = np.abs(wt[:8].astype(np.int64)).reshape(4, 2, -1).sum(axis=1)
+            if wt.shape[0] != 9 or pairs.max(initial=0) > 128 or wt[:8].min(initial=0) < -128 or wt[:8].max(initial=0) > 127:
+                self._pair_taps = None
+            else:
+                m = self.out_channels
+                cp = -(-m // 32) * 32
+                w = np.zeros((9, cp), np.int64)
+                w[:, :m] = wt
+                lanes = np.array([4 * v + k + 16 * h for v in range(4) for h in (0, 1) for k in range(4)])
+                order = (np.arange(cp // 32)[:, None] * 32 + lanes).reshape(-1, 4, 8)  # [block, vector, lane]
+                quads = w[:8].astype(np.int8).view(np.uint8).astype(np.uint32)  # bytes of the signed weights
+                out = np.empty((cp // 32, 12, 8), np.uint32)
+                for q in range(2):
+                    t = 4 * q
+                    group = quads[t] | quads[t + 1] << 8 | quads[t + 2] << 16 | quads[t + 3] << 24
+                    out[:, 4 * q:4 * q + 4] = group[order]
+                out[:, 8:] = w[8].astype(np.int16).view(np.uint16).astype(np.uint32)[order]
+                self._pair_taps = out.reshape(-1).view(np.int32)
+        return self._pair_taps
 
     def bound(self, x_abs_max: int, bias) -> int:
         return ig.acc_bound(self.abs_colsum, self.abs_colsum_max, x_abs_max, bias)
@@ -519,6 +548,38 @@ if ig.HAVE_NUMBA:
                              + np.int32(x3[c]) * w3[c] + np.int32(x4[c]) * w4[c] + np.int32(x5[c]) * w5[c]
                              + np.int32(x6[c]) * w6[c] + np.int32(x7[c]) * w7[c] + np.int32(x8[c]) * w8[c])
                         a[c] = np.int32(s)
+                _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
+                                  qmax, out32, out8)
+
+    # The same on AVX2 without VNNI, when the centred weights' pairs of taps fit vpmaddubsw (depthwise_pair_taps):
+    # channel pitch cp rounded up to 32, each pixel's 9 taps summed 32 channels at a time by depthwise_taps9_pairs
+    # (byte quads made in registers, no scratch copy of the input beyond the channels-last plane).
+    @njit(cache=True, parallel=True)
+    def _depthwise3x3_cl_pairs(x, flip, za, wq, wt, bias, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride, oh_n,
+                               ow_n, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8):
+        cc = c_in
+        cp = (cc + 31) // 32 * 32
+        per_img = oh_n * ow_n
+        xt = np.empty(hp * wpd * cp + 32, np.uint8)  # the vector loads of the last pixel's taps stay inside
+        c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
+        n_tiles = (per_img + 15) // 16
+        dwc = dw * cp
+        for n in range(n_img):
+            for r in prange(hp):
+                use_512_bit_vectors()
+                _dw_cl_row(x, flip, za, n, cc, cp, h, w, pt, pl, r, xt[r * wpd * cp:(r + 1) * wpd * cp])
+            for tile in prange(n_tiles):
+                use_512_bit_vectors()
+                acc = np.empty(16 * cp, np.int32)
+                q8 = np.empty(16 * cp + 32, np.uint8)
+                pix0 = tile * 16
+                npx = min(16, per_img - pix0)
+                for i in range(npx):
+                    oh = (pix0 + i) // ow_n
+                    ow = pix0 + i - oh * ow_n
+                    b0 = ((oh * stride) * wpd + ow * stride) * cp
+                    depthwise_taps9_pairs(xt, b0, b0 + dh * wpd * cp, b0 + 2 * dh * wpd * cp, dwc, wq, c0, acc,
+                                          i * cp, cp)
                 _dw_cl_store_tile(acc, q8, cc, cp, npx, n * cc * per_img + pix0, per_img, mc, mode, yzp, qmin,
                                   qmax, out32, out8)
 
@@ -1063,6 +1124,10 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
             rows = packed.depthwise_vnni_rows()
             if rows is not None:
                 kernel, wq = _depthwise3x3_cl_vnni, (rows, path == "avx512vnni")
+        elif _DW_PAIRS and path in ("avx2ub", "avx2"):
+            taps = packed.depthwise_pair_taps()
+            if taps is not None:
+                kernel, wq = _depthwise3x3_cl_pairs, (taps,)
         launch.kind, launch.kernel = "direct", kernel
         launch.args = ((np.uint8(launch.flip), np.int32(launch.zau)) + wq
                        + (packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3], plan.x3_shape[4],
@@ -1243,6 +1308,7 @@ _DW_CL_MAX_OUT = 784
 _DW_CL_MAX_OUT_S2 = 3136
 _FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
 _DW_VNNI = True
+_DW_PAIRS = True
 _DW_SPLIT_MIN_PLANE = 2500
 _DW_SPLIT_STRIDE1 = False
 _DW_PERM = True

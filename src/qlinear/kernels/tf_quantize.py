@@ -41,9 +41,9 @@ def _numba():
 _empty = output_pool.empty_result
 
 
-def _launch(name: str, shape: tuple[int, int, int], *args):
-    """Run ``<name>_serial`` over its items: elements (per-tensor), rows of the slice axis (per-axis, axis
-    last) or rows of ``post`` elements (per-axis), in chunks on several threads."""
+def _launch(name: str, shape: tuple[int, int, int], code: int, *args):
+    """Run mode ``code``'s ``<name>_serial`` kernel over its items: elements (per-tensor), rows of the slice
+    axis (per-axis, axis last) or rows of ``post`` elements (per-axis), in chunks on several threads."""
     pre, slices, post = shape
     if slices == 1:
         items, size = pre * slices * post, 1
@@ -51,7 +51,7 @@ def _launch(name: str, shape: tuple[int, int, int], *args):
         items, size = pre, slices
     else:
         items, size = pre * slices, post
-    threads.run_chunked(getattr(_numba(), name + "_serial"), items, *args, item_size=size)
+    threads.run_chunked(getattr(_numba(), name.upper() + "_SERIAL")[code], items, *args, item_size=size)
 
 
 # Bounds of `_no_flush`: a subnormal times less than 2^124 is below 1/4 in magnitude, and subtracting
@@ -267,7 +267,7 @@ def quantize_v2(x3, min_range, max_range, dtype, mode, round_mode, narrow_range,
     if out is None:
         out = _empty(x3.shape, dtype)
     if x.size:
-        _launch("quantize", x3.shape, x, out.reshape(-1), a, b, c, post, slices, code, half_range, lower, upper,
+        _launch("quantize", x3.shape, code, x, out.reshape(-1), a, b, c, post, slices, half_range, lower, upper,
                 nan_value)
     # copies: the caller hands them to the user, and the cached ones must not change
     return out, out_min.copy(), out_max.copy()
@@ -355,5 +355,5 @@ def dequantize(q3, min_range, max_range, mode, narrow_range, strict, out=None):
     if out is None:
         out = _empty(q3.shape, np.dtype(F32))
     if q.size:
-        _launch("dequantize", q3.shape, q, out.reshape(-1), a, b, post, slices, code, half)
+        _launch("dequantize", q3.shape, code, q, out.reshape(-1), a, b, post, slices, half)
     return out
