@@ -105,6 +105,20 @@ def test_conv_matches_direct_int64(path, case, xdt, wdt):
                                   direct_conv(x2, za, w, 0 if wdt == I8 else 128, None, group, strides, dil, pb, pe))
 
 
+def test_every_width_of_the_last_pixel_panel(path):
+    # 1x1 convolutions of 1..65 output pixels: the last pixel panel's width at most half of NR (the half-width
+    # microkernel: a 7x7 output is 3 x 16 + 1 pixels) and above it
+    rng = np.random.default_rng(12)
+    w = rand(rng, (13, 20, 1, 1), I8)
+    zw = rand(rng, (13,), I8)
+    packed = im2col.prepack_conv(w, zw)
+    g = geo((1, 1), (1, 1), (0, 0), (0, 0))
+    for n in range(1, 66):
+        x = rand(rng, (1, 20, 1, n), U8)
+        want = direct_conv(x, U8(7), w, zw, None, 1, (1, 1), (1, 1), (0, 0), (0, 0))
+        np.testing.assert_array_equal(im2col.conv(x, U8(7), packed, None, g, path=path), want, err_msg=f"n={n}")
+
+
 @pytest.mark.parametrize("x_val,za,w_val,zw", [(255, 0, -128, 127), (0, 255, 127, -128), (255, 0, 127, -128)])
 def test_conv_worst_case_with_padding(path, x_val, za, w_val, zw):
     x = np.full((2, 64, 6, 5), x_val, U8)

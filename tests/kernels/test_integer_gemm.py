@@ -80,6 +80,19 @@ def test_random_matches_int64(path, m, k, n, adt, wdt):
     np.testing.assert_array_equal(ig.gemm(a, za_rows, pw, path=path), oracle(a, za_rows, w, zw))
 
 
+def test_every_width_of_the_last_panel(path):
+    # the last column panel holds 1..NR columns: at most half of NR runs the half-width microkernel, the rest the
+    # full one (NR = 16 on the AVX2 paths, 32 on the AVX-512 ones)
+    rng = np.random.default_rng(11)
+    k, m = 37, 6
+    a = rand(rng, (m, k), U8)
+    for n in range(1, 66):
+        w = rand(rng, (k, n), I8)
+        zw = rand(rng, (n,), I8)
+        got = ig.gemm(a, U8(3), ig.pack_weights(w, zw), path=path)
+        np.testing.assert_array_equal(got, oracle(a, U8(3), w, zw), err_msg=f"n={n}")
+
+
 @pytest.mark.parametrize("a_val,za,w_val,zw", [(255, 0, -128, 127), (0, 255, 127, -128), (255, 0, 127, -128),
                                                (0, 0, -128, 0), (255, 255, 127, 127)])
 @pytest.mark.parametrize("k", [1, 3, 258, 1027])

@@ -31,8 +31,20 @@ def _zeros(n):
     return a
 
 
+@njit(cache=True, inline="always")
+def _upper_half_unused(col_off, n_total, lo, hi):
+    """Whether no column in [lo, hi) is stored (past n_total, or col_off -1): such a panel runs the half-width
+    microkernel, whose other columns are never read (a 7x7 output fills 49 of 4 x 16 columns; 1.3x onnxruntime's
+    time with the whole last panel computed)."""
+    for c in range(lo, min(hi, n_total)):
+        if col_off[c] >= 0:
+            return False
+    return True
+
+
 BLOCK_TEMPLATE = '''
 _MK_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}))
+_MKH_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -56,6 +68,11 @@ def _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -192,14 +209,19 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
 '''
 
 
-def _config(path, bcast_unsigned):
-    op, mr, nv, _lanes, _g, _f = PATHS[path]
+def _config(path, bcast_unsigned, half=False):
+    """make_microkernel's arguments for ``path``; ``half``: the kernel of the first half of a panel's vectors
+    (the whole panel where it has one vector)."""
+    op, mr, nv, lanes, _g, _f = PATHS[path]
+    if half and nv % 2 == 0:
+        return op, mr, nv // 2, bcast_unsigned, nv * lanes
     return op, mr, nv, bcast_unsigned
 
 
 # ---- generated below this line ----
 
 _MK_avx512vnni_u = make_microkernel(*_config("avx512vnni", True))
+_MKH_avx512vnni_u = make_microkernel(*_config("avx512vnni", True, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -223,6 +245,11 @@ def _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm,
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -286,6 +313,7 @@ def _pack_panel_avx512vnni_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum
         _pack_row_panel(P, rowsum, pan, a, xor, 4, 8, need_sum)
 
 _MK_avx512vnni_s = make_microkernel(*_config("avx512vnni", False))
+_MKH_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -309,6 +337,11 @@ def _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm,
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -380,6 +413,7 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
+_MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -403,6 +437,11 @@ def _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -466,6 +505,7 @@ def _pack_panel_avxvnni_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_by
         _pack_row_panel(P, rowsum, pan, a, xor, 4, 6, need_sum)
 
 _MK_avxvnni_s = make_microkernel(*_config("avxvnni", False))
+_MKH_avxvnni_s = make_microkernel(*_config("avxvnni", False, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -489,6 +529,11 @@ def _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -560,6 +605,7 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
+_MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -583,6 +629,11 @@ def _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -646,6 +697,7 @@ def _pack_panel_avx512bw_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_b
         _pack_row_panel(P, rowsum, pan, a, xor, 2, 8, need_sum)
 
 _MK_avx512bw_s = make_microkernel(*_config("avx512bw", False))
+_MKH_avx512bw_s = make_microkernel(*_config("avx512bw", False, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -669,6 +721,11 @@ def _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -740,6 +797,7 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
+_MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -763,6 +821,11 @@ def _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1,
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -826,6 +889,7 @@ def _pack_panel_avx2ub_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_byt
         _pack_row_panel(P, rowsum, pan, a, xor, 4, 4, need_sum)
 
 _MK_avx2ub_s = make_microkernel(*_config("avx2ub", False))
+_MKH_avx2ub_s = make_microkernel(*_config("avx2ub", False, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -849,6 +913,11 @@ def _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1,
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -920,6 +989,7 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
+_MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -943,6 +1013,11 @@ def _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
@@ -1006,6 +1081,7 @@ def _pack_panel_avx2_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_bytes
         _pack_row_panel(P, rowsum, pan, a, xor, 2, 6, need_sum)
 
 _MK_avx2_s = make_microkernel(*_config("avx2", False))
+_MKH_avx2_s = make_microkernel(*_config("avx2", False, half=True))
 
 
 @njit(cache=True, inline="always")
@@ -1029,6 +1105,11 @@ def _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
     for jp in range(j_lo, j_hi):
+        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
+            for ip in range(i_lo, i_hi):
+                _MKH_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            continue
         for ip in range(i_lo, i_hi):
             _MK_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                        (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
