@@ -195,6 +195,8 @@ def run(filter_text: str = "", thread_counts=(1, 2), weights: str = "7bit", min_
 
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "thread_counts": counts, "weights": weights,
             "qlinear_path": integer_gemm.default_path(), "threading_layer": _threading_layer(numba),
+            # what the serial-or-parallel choices compared with (measured once per process, at first use)
+            "launch_cost": threads.launch_cost() if max(counts) > 1 else None,
             "onnxruntime": _version("onnxruntime") if ort_times else ort_note, "rows": rows, "summary": summary}
 
 
@@ -221,7 +223,8 @@ def table(results: dict) -> str:
         head += [f"qlinear {t}t/{counts[0]}t", f"onnxruntime {t}t/{counts[0]}t"]
     lines = [f"CPU: {results['cpu']} ({results['cores']} cores); qlinear path {results['qlinear_path']}, numba "
              f"threading layer {results['threading_layer']}; onnxruntime {results['onnxruntime']}; "
-             f"{results['weights']} weights; ms, best of runs",
+             f"{results['weights']} weights; ms, best of runs"
+             + (f"; launch cost {1e6 * results['launch_cost']:.0f} us" if results.get("launch_cost") else ""),
              "| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
 
     def cell(v, fmt):
