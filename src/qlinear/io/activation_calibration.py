@@ -19,6 +19,7 @@ import numpy as np
 
 from ..kernels import calibration_stats
 from .errors import UserError
+from .formats.onnx_constants import names_read_inside
 from .formats.tensor_files import NpzReader
 from .observers import Observer
 
@@ -154,7 +155,7 @@ class Segments:
             if any(output in needed for output in node.output):
                 kept.append(node)
                 needed.update(name for name in node.input if name)
-                needed.update(_names_read_inside(node))
+                needed.update(names_read_inside(node))
         kept.reverse()
         order = {output: index for index, node in enumerate(kept) for output in node.output if output}
         # Graph inputs among ``names`` come straight from the feeds, before the first segment.
@@ -182,7 +183,7 @@ class Segments:
             read = set()
             for node in nodes:
                 read.update(name for name in node.input if name)
-                read.update(_names_read_inside(node))
+                read.update(names_read_inside(node))
             self.reads.append(read - own)
         self.later = [set().union(*self.reads[k + 1:]) for k in range(len(self.segments))]
         self.carried = [sorted(own & later) for own, later in zip(made, self.later)]
@@ -240,17 +241,6 @@ class Segments:
             del values
             for name in [n for n in held if n not in self.later[k]]:
                 del held[name]
-
-
-def _names_read_inside(node) -> set[str]:
-    """Every name the subgraphs of ``node`` (If, Loop, Scan) read, outer-scope ones among them."""
-    found = set()
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-            for inner in graph.node:
-                found.update(name for name in inner.input if name)
-                found.update(_names_read_inside(inner))
-    return found
 
 
 def _session(model, names: list[str]):

@@ -30,6 +30,7 @@ from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused
 from .placement import gather_tables
+from .placement import onnxruntime as placement_onnxruntime
 from .plan import Choice, Found, Quantized, Settings, min_opset
 from .quantization import MXQuantized, dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
@@ -466,7 +467,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             prune_unused(model.model.graph)  # operands and folded nodes no longer read
         gathers = gather_tables.rewrite(model.model) if settings.target == "onnxruntime" else []
         writer.dequantize_nodes -= len(gathers)
-        per_run = gather_tables.dequantized_per_run(model.model) if settings.target == "onnxruntime" else 0
+        per_run = placement_onnxruntime.dequantized_per_run(model.model) if settings.target == "onnxruntime" else 0
         data = onnx_model.serialize(model.model, str(source))
         files[-1].write(data)
         for f in files:

@@ -18,6 +18,7 @@ from .. import rounding
 from ..rounding.codec import Codec, output_error
 from . import hessians, report
 from .errors import UserError
+from .formats.onnx_constants import stored_constants
 from .plan import Choice, Settings, Stats
 from .quantization import _add_error
 
@@ -59,14 +60,9 @@ def _layer(model, choice: Choice):
     if node is None:
         return "its node has no name to find it by"
     layer = hessians.layer_of(node, found.name, found.shape)
-    if not isinstance(layer, str) and layer.state and layer.state in _constant_names(model):
+    if not isinstance(layer, str) and layer.state and layer.state in stored_constants(model.graph):
         return f"the {node.op_type}'s initial state is a constant (only computed states are collected)"
     return layer
-
-
-def _constant_names(model) -> set[str]:
-    return {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                        for o in n.output}
 
 
 def codec_for(choice: Choice, settings: Settings) -> Codec:

@@ -82,6 +82,23 @@ class ConstantValues:
         return None
 
 
+def stored_constants(graph) -> dict:
+    """name -> TensorProto of the tensors ``graph`` stores: its initializers and its Constant nodes' outputs (the
+    tensor of a Constant's ``value``; None for the other forms, value_float and the like)."""
+    found: dict = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            found[node.output[0]] = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")),
+                                         None)
+    return found
+
+
+def names_read_inside(node) -> set[str]:
+    """Every name the subgraphs of ``node`` (If's branches, Loop's and Scan's bodies, at any depth) read, outer
+    names among them."""
+    return {name for sub in subgraphs(node) for name in names_read(sub) if name}
+
+
 def subgraphs(node) -> list:
     """The graphs a node's attributes hold (If's branches, Loop's and Scan's bodies)."""
     found = []

@@ -12,7 +12,7 @@ zeros for an index out of range where Gather fails.
 
 from __future__ import annotations
 
-from ..formats.onnx_constants import names_read, subgraphs
+from ..formats.onnx_constants import names_read_inside, stored_constants
 
 DOMAIN = "com.microsoft"
 _INT4, _UINT4 = 22, 21  # TensorProto.INT4, UINT4
@@ -84,45 +84,10 @@ def _fits(node, constants: dict, readers: dict, in_subgraphs: set, outputs: set)
 
 
 def _constant_types(graph) -> dict:
-    """name -> (element type, rank) of the graph's initializers and Constant node tensors."""
-    found = {t.name: (t.data_type, len(t.dims)) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None:
-                found[node.output[0]] = (value.data_type, len(value.dims))
-    return found
+    """name -> (element type, rank) of the graph's stored tensors."""
+    return {name: (t.data_type, len(t.dims)) for name, t in stored_constants(graph).items() if t is not None}
 
 
 def _subgraph_inputs(graph) -> set[str]:
     """Every tensor name a node of a subgraph (If/Loop/Scan bodies, at any depth) reads."""
-    return {name for node in graph.node for sub in subgraphs(node) for name in names_read(sub)}
-
-
-# Operators onnxruntime runs on a float weight only: a DequantizeLinear of a constant in front of one stays in its
-# optimized graph when the activations are float (weights only), and runs on every call. (MatMul and Gemm weights
-# in blocks become MatMulNBits, Gather tables GatherBlockQuantized.)
-_FLOAT_ONLY_READERS = frozenset({"Conv", "ConvTranspose", "LSTM", "GRU", "RNN"})
-
-
-def dequantized_per_run(model) -> int:
-    """How many main-graph DequantizeLinear nodes of constants feed an operator in `_FLOAT_ONLY_READERS` with a
-    float data input (weights only: no activation pair in front). Onnxruntime keeps them: its constant folding
-    skips DequantizeLinear to keep QDQ groups whole unless the session sets ``session.disable_quant_qdq=1``, and
-    the convolutions then also lose its NCHWc layout (OCR models at int4: 1.3-1.7x float's time; with the option,
-    float's time and float's memory: BENCHMARKS.md)."""
-    graph = model.graph
-    constants = _constant_types(graph)
-    produced_by = {o: n for n in graph.node for o in n.output}
-    count = 0
-    for node in graph.node:
-        if node.op_type not in _FLOAT_ONLY_READERS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
-            continue
-        data = produced_by.get(node.input[0])
-        if data is not None and data.op_type == "DequantizeLinear":
-            continue  # an activation pair: onnxruntime's QDQ fusion takes the node
-        for name in node.input[1:]:
-            source = produced_by.get(name)
-            if source is not None and source.op_type == "DequantizeLinear" and source.input[0] in constants:
-                count += 1
-    return count
+    return {name for node in graph.node for name in names_read_inside(node)}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..formats.onnx_constants import stored_constants
 from .graph import GraphView, kept_nodes, kept_reasons, node_key, node_label
 from .pairs import Activation, Operand, Placement, ScaleFold, Skipped
 
@@ -271,3 +272,32 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
                 and state.kind[id(node)] == "binary" for name in state.operands[id(node)]]
     return Placement("onnxruntime", list(chosen.values()), [s for name, s in skipped.items() if name not in chosen],
                      operands, folds)
+
+
+# Operators onnxruntime runs on a float weight only: a DequantizeLinear of a constant in front of one stays in its
+# optimized graph when the activations are float (weights only), and runs on every call. (MatMul and Gemm weights
+# in blocks become MatMulNBits, Gather tables GatherBlockQuantized.)
+_FLOAT_ONLY_READERS = frozenset({"Conv", "ConvTranspose", "LSTM", "GRU", "RNN"})
+
+
+def dequantized_per_run(model) -> int:
+    """How many main-graph DequantizeLinear nodes of constants feed an operator in `_FLOAT_ONLY_READERS` with a
+    float data input (weights only: no activation pair in front). Onnxruntime keeps them: its constant folding
+    skips DequantizeLinear to keep QDQ groups whole unless the session sets ``session.disable_quant_qdq=1``, and
+    the convolutions then also lose its NCHWc layout (OCR models at int4: 1.3-1.7x float's time; with the option,
+    float's time and float's memory: BENCHMARKS.md)."""
+    graph = model.graph
+    constants = stored_constants(graph)
+    produced_by = {o: n for n in graph.node for o in n.output}
+    count = 0
+    for node in graph.node:
+        if node.op_type not in _FLOAT_ONLY_READERS or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        data = produced_by.get(node.input[0])
+        if data is not None and data.op_type == "DequantizeLinear":
+            continue  # an activation pair: onnxruntime's QDQ fusion takes the node
+        for name in node.input[1:]:
+            source = produced_by.get(name)
+            if source is not None and source.op_type == "DequantizeLinear" and source.input[0] in constants:
+                count += 1
+    return count
