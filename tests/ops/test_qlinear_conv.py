@@ -141,6 +141,23 @@ def test_matches_onnxruntime_with_float32_requantization(case):
     np.testing.assert_array_equal(ours(case, "float32"), run_onnxruntime(model_of(case), case.x)[0], strict=True)
 
 
+@pytest.mark.parametrize("channels,size,stride", [(37, 9, 1), (64, 14, 2), (96, 7, 1)])
+def test_depthwise_3x3_with_7bit_weights_matches_onnxruntime(channels, size, stride):
+    # MobileNet-like depthwise layers with the weights onnxruntime's quantizer writes for CPUs without VNNI
+    # (7 bits, per channel): the channels-last kernels, on AVX2 without VNNI the vpmaddubsw one (C-K2b)
+    rng = np.random.default_rng(channels + size)
+    x = rng.integers(0, 256, (1, channels, size, size), dtype=np.uint8)
+    w = rng.integers(-64, 64, (channels, 1, 3, 3)).astype(np.int8)
+    w_scale = (rng.random(channels) * 0.004 + 0.001).astype(np.float32)
+    args = (x, f32(0.02), np.uint8(123), w, w_scale, np.zeros(channels, np.int8), f32(0.05), np.uint8(120),
+            rng.integers(-20000, 20000, channels).astype(np.int32))
+    names = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B")
+    attrs = dict(group=channels, strides=[stride, stride], pads=[1, 1, 1, 1])
+    model = make_model("QLinearConv", list(zip(names, map(np.asarray, args))), [np.uint8], 10, **attrs)
+    np.testing.assert_array_equal(qlinear_conv(*args, **attrs, requantize="float32"), run_onnxruntime(model, x)[0],
+                                  strict=True)
+
+
 @pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, S8), (S8, S8)])
 def test_onnxruntime_accepts_distinct_per_channel_weight_zero_points(x_dtype, w_dtype):
     """Measured on onnxruntime 1.32: per-channel w zero points that differ are accepted and exact (its
