@@ -96,3 +96,56 @@ def test_a_repeated_call_reuses_its_launch_and_never_a_stale_one():
                                   acc)
     np.testing.assert_array_equal(acc, conv_accumulate(x, x_zp, w, np.int8(0), None, group=1, strides=(2, 2),
                                                        dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1)))
+
+
+def test_the_last_call_is_reused_only_for_the_same_objects_with_the_same_contents():
+    """Calls that pass the very same argument objects take the last call's launch without building a key
+    (`_quant_args.LastCall`); arrays and lists changed in place, a dtype or shape changed on the array itself,
+    ints turned into floats and another kernel path still give the reference's result or its error."""
+    from qlinear.kernels import integer_gemm
+
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, size=(16, 8, 3, 3), dtype=np.int8)
+    packed = qlinear.prepack_conv(w, np.int8(0))
+    w_scale = np.linspace(0.01, 0.02, 16).astype(np.float32)
+    bias = rng.integers(-5000, 5000, size=16).astype(np.int32)
+    x_scale, x_zp, w_zp, y_scale, y_zp = np.float32(0.02), np.uint8(7), np.int8(0), np.float32(0.5), np.int8(-3)
+    pads, strides = [1, 1, 1, 1], [2, 2]
+    x = rng.integers(0, 256, size=(1, 8, 12, 12), dtype=np.uint8)
+
+    def call():
+        return qlinear.qlinear_conv(x, x_scale, x_zp, packed, w_scale, w_zp, y_scale, y_zp, bias, pads=pads,
+                                    strides=strides)
+
+    def expected():
+        return _reference_qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, list(pads),
+                                       list(strides), 1)
+
+    for _ in range(3):
+        np.testing.assert_array_equal(call(), expected())
+    assert packed.last_call is not None and packed.last_call.value is next(iter(packed.calls.values()))
+    w_scale[5] *= 3
+    np.testing.assert_array_equal(call(), expected())
+    bias[2] -= 777
+    np.testing.assert_array_equal(call(), expected())
+    pads[0] = 0
+    np.testing.assert_array_equal(call(), expected())
+    x = rng.integers(0, 256, size=(1, 8, 13, 11), dtype=np.uint8)  # another input shape
+    np.testing.assert_array_equal(call(), expected())
+    for path in integer_gemm.available_paths():
+        with integer_gemm.force_path(path):
+            np.testing.assert_array_equal(call(), expected())
+    pads[1] = 1.0
+    with pytest.raises(TypeError, match="pads must be a sequence of integers"):
+        call()
+    pads[1] = 1
+    np.testing.assert_array_equal(call(), expected())
+    bias.shape = (16, 1)
+    with pytest.raises(ValueError, match="B must be a 1-D tensor"):
+        call()
+    bias.shape = (16,)
+    w_scale.dtype = np.int32
+    with pytest.raises(TypeError, match="w_scale"):
+        call()
+    w_scale.dtype = np.float32
+    np.testing.assert_array_equal(call(), expected())

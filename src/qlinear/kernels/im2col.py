@@ -81,6 +81,7 @@ class PackedConv:
         self.zero_bias = np.zeros(self.out_channels, np.int32)
         self.plans: dict = {}
         self.calls: dict = {}  # prepared launches of repeated calls, by the caller's key (ops.qlinear_conv)
+        self.last_call = None  # the last repeated call's arguments and launch (ops._quant_args.LastCall)
         if self.depthwise:
             zw = self.w_zero_point.astype(np.int64).reshape(-1, 1)
             self.w_centered = (w2.astype(np.int64) - zw).astype(np.int32)  # (M, taps)

@@ -224,13 +224,26 @@ def _check_requantize_mode(func: str, requantize_mode) -> None:
         raise ValueError(f"{func}: requantize must be one of {', '.join(map(repr, REQUANTIZE_MODES))}, got {requantize_mode!r}")
 
 
-def _call_key(func: str, x, packed, *arguments):
-    """The key of a call on prepacked weights whose arguments may be fingerprinted, else None. A call whose key
-    an earlier call had runs that call's `ConvLaunch` (``packed.calls``) without the checks and the set-up:
-    repeated inference on small layers spent more there (~100 us) than in the kernel."""
-    if type(x) is not np.ndarray or packed is None:
-        return None
-    return qa.call_key((func, x.shape, x.dtype), arguments)
+def _repeated(func: str, x, w, arguments: tuple):
+    """``(launch, key)``: the `ConvLaunch` of an earlier call on prepacked weights ``w`` with these arguments
+    (first the last call's, `LastCall`: the same argument objects; then the one kept under the arguments' key,
+    which becomes the last call) or None, and the arguments' key where it was built (None where it was not, or
+    an argument has none). A call whose launch is found runs it without the checks and the set-up: repeated
+    inference on small layers spent more there (~100 us) than in the kernel."""
+    packed = _prepacked(w)
+    if packed is None or type(x) is not np.ndarray:
+        return None, None
+    head = (func, x.shape, x.dtype)
+    last = packed.last_call
+    if last is not None:
+        launch = last.matches(head, arguments)
+        if launch is not None:
+            return launch, None
+    key = qa.call_key(head, arguments)
+    launch = None if key is None else packed.calls.get(key)
+    if launch is not None:
+        packed.last_call = qa.LastCall(head, key[-2], arguments, launch)
+    return launch, key
 
 
 def _prepacked(w):
@@ -273,12 +286,11 @@ def qlinear_conv(
     Raises AccumulatorOverflowError (a ValueError and OverflowError) when the exact accumulator leaves int32.
     """
     func = "qlinear_conv"
-    key = _call_key(func, x, _prepacked(w), x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B,
-                    auto_pad, dilations, group, kernel_shape, pads, strides, requantize)
-    if key is not None:
-        launch = w.calls.get(key)
-        if launch is not None:
-            return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", launch.run, x)
+    arguments = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, auto_pad, dilations, group,
+                 kernel_shape, pads, strides, requantize)
+    launch, key = _repeated(func, x, w, arguments)
+    if launch is not None:
+        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point) plus B", launch.run, x)
     _check_requantize_mode(func, requantize)
     x = qa.quantized_tensor(func, "x", x)
     w, packed = _unpack_weights(func, w, w_zero_point, group)
@@ -344,12 +356,10 @@ def conv_integer(
     instead of wrapping.
     """
     func = "conv_integer"
-    key = _call_key(func, x, _prepacked(w), x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape,
-                    pads, strides)
-    if key is not None:
-        launch = w.calls.get(key)
-        if launch is not None:
-            return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", launch.run, x)
+    launch, key = _repeated(func, x, w, (x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape, pads,
+                                         strides))
+    if launch is not None:
+        return qa.int32_kernel(func, "sum of (x - x_zero_point) * (w - w_zero_point)", launch.run, x)
     x = qa.quantized_tensor(func, "x", x)
     w, packed = _unpack_weights(func, w, w_zero_point, group)
     w = qa.quantized_tensor(func, "w", w)
