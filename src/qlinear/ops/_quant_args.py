@@ -222,11 +222,13 @@ class LastCall:
     def matches(self, head: tuple, arguments: tuple):
         """``value`` when ``arguments`` are the same objects holding the same contents and ``head`` and the
         kernel path are the same, else None."""
-        if head != self.head or len(arguments) != len(self.arguments):
+        if len(arguments) != len(self.arguments):
             return None
-        for a, b in zip(arguments, self.arguments):
+        for a, b in zip(reversed(arguments), reversed(self.arguments)):  # attributes last: a new list fails early
             if a is not b:
                 return None
+        if head != self.head:
+            return None
         for i, dtype, shape, data in self.arrays:
             a = arguments[i]
             if a.dtype != dtype or a.shape != shape or a.tobytes() != data:

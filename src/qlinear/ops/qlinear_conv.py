@@ -241,7 +241,9 @@ def _repeated(func: str, x, w, arguments: tuple):
             return launch, None
     key = qa.call_key(head, arguments)
     launch = None if key is None else packed.calls.get(key)
-    if launch is not None:
+    if launch is not None and (last is None or last.value is not launch):
+        # not renewed for the same launch: a caller that builds new argument objects each call (pads=[1, 1, 1, 1])
+        # would pay for a LastCall it never uses
         packed.last_call = qa.LastCall(head, key[-2], arguments, launch)
     return launch, key
 
