@@ -319,14 +319,14 @@ def _make_taps9_pairs():
                 w_base = builder.mul(loop.index, ir.Constant(i64, 96))  # 12 vectors of 8 int32 per block
                 taps = [load(x_ptr, builder.add(builder.add(rows[r], builder.mul(dwc, ir.Constant(i64, j))), c), b32)
                         for r in range(3) for j in range(3)]
-                sums = []
+                sums = [None] * 4
                 for q in range(2):  # taps 0-3 and 4-7: vpmaddubsw pairs, vpmaddwd by ones
                     quads = spread(*taps[4 * q:4 * q + 4])
                     for v in range(4):
                         wv = load(w_ptr, builder.add(w_base, ir.Constant(i64, (4 * q + v) * 8)), b32)
                         pair = builder.call(maddubs, [builder.bitcast(quads[v], b32), wv])
                         prod = builder.call(maddwd, [pair, ones])
-                        sums.append(prod) if q == 0 else sums.__setitem__(v, builder.add(sums[v], prod))
+                        sums[v] = prod if q == 0 else builder.add(sums[v], prod)
                 # tap 8 alone: zero-extended to int16 pairs (x, 0), vpmaddwd by (w, 0)
                 single = [builder.shuffle_vector(taps[8], zero8, m) for m in (lo8, hi8)]
                 for h in (0, 1):

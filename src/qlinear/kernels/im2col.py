@@ -129,9 +129,10 @@ class PackedConv:
         of taps (0, 1), (2, 3), (4, 5), (6, 7) has |w_a| + |w_b| <= 128 (vpmaddubsw's int16 sums stay exact for
         unsigned bytes: 255 * 128 = 32640)."""
         if self._pair_taps is False:
-            wt = self.centered_taps_first()  # (9, M)
-            pairs = np.abs(wt[:8].astype(np.int64)).reshape(4, 2, -1).sum(axis=1)
-            if wt.shape[0] != 9 or pairs.max(initial=0) > 128 or wt[:8].min(initial=0) < -128 or wt[:8].max(initial=0) > 127:
+            wt = self.centered_taps_first()  # (taps, M)
+            # pairs within 128 leave one centred value outside the signed bytes: 128 itself
+            if (wt.shape[0] != 9 or np.abs(wt[:8].astype(np.int64)).reshape(4, 2, -1).sum(axis=1).max(initial=0) > 128
+                    or wt[:8].max(initial=0) > 127):
                 self._pair_taps = None
             else:
                 m = self.out_channels
@@ -561,7 +562,7 @@ if ig.HAVE_NUMBA:
         cc = c_in
         cp = (cc + 31) // 32 * 32
         per_img = oh_n * ow_n
-        xt = np.empty(hp * wpd * cp + 32, np.uint8)  # the vector loads of the last pixel's taps stay inside
+        xt = np.empty(hp * wpd * cp, np.uint8)  # a tap's 32-byte loads end at its pixel's last channel
         c0, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, cc, cp)
         n_tiles = (per_img + 15) // 16
         dwc = dw * cp

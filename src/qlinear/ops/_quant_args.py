@@ -202,7 +202,7 @@ def call_key(head: tuple, arguments) -> tuple | None:
 
 
 # NumPy's scalar types, by identity (an isinstance test per argument costs more)
-_SCALAR_TYPES = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQefdg") | {np.int8, np.uint8, np.float32}
+_SCALAR_TYPES = frozenset(np.dtype(c).type for c in "?bBhHiIlLqQefdg")
 
 
 class LastCall:
