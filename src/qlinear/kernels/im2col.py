@@ -38,7 +38,7 @@ if ig.HAVE_NUMBA:
     from qlinear.kernels._byte_moves import (copy32_xor, split2_xor, split2_xor_whole, transpose16, transpose32,
                                               zip4x16)
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
-                                              depthwise_taps9_pairs, pack_quad32, pack_quad32_stride2)
+                                              depthwise_taps9_pairs)
     from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
 
 
