@@ -388,34 +388,30 @@ def optimized_ops(model_path: Path) -> dict[str, int]:
         folder.rmdir()
 
 
-def latencies(model_paths: list[Path], feeds: dict, threads: int, repeats: int, blocks: int = 4) -> list[dict]:
-    """Median seconds per run of each model: ``blocks`` rounds, each running every model in turn, one
-    warm-up run then ``repeats / blocks`` timed runs (so that a change of the machine's load hits all models
-    alike, while the intra-op threads still spinning from another session do not compete with the timed
-    runs: each block starts with a warm-up run)."""
-    sessions, results = [], []
+def latency_rounds() -> int:
+    from qlinear.io import latency
+
+    return latency.ROUND_RUNS
+
+
+def latencies(model_paths: list[Path], feeds: dict, threads: int, repeats: int) -> list[dict]:
+    """Median seconds per run of each model that loads, the models taking turns as `qlinear quantize`'s report
+    times them (`qlinear.io.latency.timed_in_turns`: on 1 thread every session open and one run per turn; on
+    more, one session at a time, in rounds, so that no idle session's spinning workers compete)."""
+    from qlinear.io import latency
+
+    results, loaded = [], []
     for model_path in model_paths:
         try:
-            made = session(model_path, threads)
-            for _ in range(2):
-                made.run(None, feeds)
-            sessions.append(made)
-            results.append({"times": []})
+            session(model_path, threads).run(None, feeds)
+            results.append({})
+            loaded.append(model_path)
         except Exception as error:  # noqa: BLE001
-            sessions.append(None)
             results.append({"error": first_line(error)})
-    per_block = max(1, -(-repeats // blocks))
-    for _ in range(blocks):
-        for made, result in zip(sessions, results):
-            if made is None:
-                continue
-            made.run(None, feeds)
-            for _ in range(per_block):
-                t0 = time.perf_counter()
-                made.run(None, feeds)
-                result["times"].append(time.perf_counter() - t0)
+    times = iter(latency.timed_in_turns(loaded, feeds, threads, repeats, repeats, float("inf")))
     for result in results:
-        if "times" in result:
+        if "error" not in result:
+            result["times"] = next(times)
             result["median_s"] = statistics.median(result["times"])
             result["runs"] = len(result["times"])
     return results
@@ -475,9 +471,10 @@ def latency_table(rows: list[dict], models: list[str], args) -> tuple[list[dict]
                  if pid != os.getpid() and pid in before) / hertz
     load = (f"{quiet}; during the latency runs ({elapsed:.0f} s) other processes used {others:.1f} CPU seconds "
             f"({100 * others / elapsed / (os.cpu_count() or 1):.0f}% of the machine)")
-    print(f"\nLoad: {load}. Timed runs: {args.repeats} per model and thread count, in 4 blocks that take the "
-          f"models of a row group in turn (each block after one untimed run; 3 untimed runs when the session is "
-          f"made); intra_op_num_threads as shown, inter_op_num_threads 1.")
+    print(f"\nLoad: {load}. Timed runs: {args.repeats} per model and thread count, the models of a row group "
+          f"in turns (qlinear.io.latency.timed_in_turns: on 1 thread one run per turn, every session open; on 2, "
+          f"rounds of {latency_rounds()} runs, one session at a time, each after 2 untimed runs); "
+          f"intra_op_num_threads as shown, inter_op_num_threads 1.")
     return entries, load
 
 

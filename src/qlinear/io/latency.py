@@ -7,6 +7,12 @@ its first file where the model's batch axis is free; the first sample where it i
 turns, each run timed on its own; a figure is the median of at least `MIN_RUNS` and at most `MAX_RUNS` runs,
 as many as fit in `BUDGET_S` seconds per model and thread count, after warm-up runs.
 
+On more than one thread only one session exists at a time: the models take turns in rounds of `ROUND_RUNS`
+runs, each round in a session of its own. Onnxruntime's intra-op workers spin while they wait for work, and an
+idle session's workers compete with the timed one's: with both 2-thread sessions alive, a classifier that takes
+4.8 ms alone took 8-17 ms (2 vCPUs, 2026-12-04). A new thread pool's placement also varies (some pools ran
+1.7x slower for their whole life), so each round's new session draws it again.
+
 Which nodes ran in int8 is read off the graph onnxruntime optimized (``SessionOptions.optimized_model_filepath``):
 a node computes on the codes when it is one of onnxruntime's int8 kernels (QLinearConv, QLinearAdd, QGemm, ...)
 or when it only moves values and reads the codes (a MaxPool, Resize or Transpose after a QuantizeLinear or an
@@ -26,6 +32,8 @@ import numpy as np
 BATCH = 8  # samples per timed run, where the model's batch axis is free
 MIN_RUNS, MAX_RUNS = 5, 20
 BUDGET_S = 1.5  # seconds of timed runs per model and thread count
+ROUND_RUNS = 5  # timed runs of one model per session on more than one thread
+WARM_UP = 2  # untimed runs of a new session: its allocations, the thread pool, first-run kernel choices
 THREADS = (1, 2)
 INT8_KERNELS = frozenset({"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
                           "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat", "QLinearGlobalAveragePool",
@@ -101,22 +109,46 @@ def measure(float_model, quantized_model, feeds: dict) -> dict:
     result = {"runtime": f"onnxruntime {ort.__version__} (default graph optimizations)", "cpu": cpu(),
               "batch": {name: list(array.shape) for name, array in feeds.items()}, "threads": {}}
     for threads in THREADS:
-        sessions = [session(m, threads) for m in (float_model, quantized_model)]
-        for made in sessions:  # warm-up: allocations, the thread pool, first-run kernel choices
-            for _ in range(2):
-                made.run(None, feeds)
-        times: list[list[float]] = [[], []]
-        started = time.perf_counter()
-        while len(times[1]) < MAX_RUNS and (len(times[1]) < MIN_RUNS or time.perf_counter() - started < 2 * BUDGET_S):
-            for made, kept in zip(sessions, times):
-                t0 = time.perf_counter()
-                made.run(None, feeds)
-                kept.append(time.perf_counter() - t0)
+        times = timed_in_turns([float_model, quantized_model], feeds, threads, MIN_RUNS, MAX_RUNS, 2 * BUDGET_S)
         float_ms, quantized_ms = (1e3 * statistics.median(t) for t in times)
         result["threads"][str(threads)] = {"float_ms": float_ms, "quantized_ms": quantized_ms,
                                            "ratio": quantized_ms / float_ms, "runs": len(times[1])}
-        del sessions
     return result
+
+
+def timed_in_turns(models: list, feeds: dict, threads: int, min_runs: int, max_runs: int,
+                   budget_s: float) -> list[list[float]]:
+    """Seconds of each run of each model (Paths or ModelProtos), the models taking turns: at least
+    ``min_runs`` runs each, then more while ``budget_s`` lasts, up to ``max_runs``. On 1 thread every session
+    stays open and the turns are single runs; on more, only one session exists at a time (module docstring)."""
+    times: list[list[float]] = [[] for _ in models]
+    started = time.perf_counter()
+
+    def more() -> bool:
+        done = min(len(t) for t in times)
+        return done < max_runs and (done < min_runs or time.perf_counter() - started < budget_s)
+
+    def run(made, kept: list[float], count: int) -> None:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            made.run(None, feeds)
+            kept.append(time.perf_counter() - t0)
+
+    if threads == 1:
+        sessions = [session(m, threads) for m in models]
+        for made in sessions:
+            run(made, [], WARM_UP)
+        while more():
+            for made, kept in zip(sessions, times):
+                run(made, kept, 1)
+        return times
+    while more():
+        for model, kept in zip(models, times):
+            made = session(model, threads)
+            run(made, [], WARM_UP)
+            run(made, kept, min(ROUND_RUNS, max_runs - len(kept)))
+            del made  # its workers stop before the next session's runs
+    return times
 
 
 def optimized_nodes(quantized_model) -> dict:
