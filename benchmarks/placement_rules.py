@@ -34,7 +34,7 @@ from corpus.models import ort_runner, path  # noqa: E402
 MODELS = ("ocr_cls", "ocr_rec", "ocr_det")
 COUNTS = {"ocr_cls": 64, "ocr_rec": 64, "ocr_det": 3}
 VARIANTS = ("qdq-portable", "default", "no-operands", "no-scale-folds", "no-onnxruntime-rewrites", "no-relu-clip-fold",
-            "no-moves")
+            "no-moves", "no-float-input-convs")
 
 
 def calibration(folder: Path, name: str) -> Path:
@@ -58,7 +58,7 @@ def variant(name: str):
     import qlinear.io.placement.onnxruntime as placement
     from qlinear.io.formats import onnx_model
 
-    saved = {key: getattr(placement, key) for key in ("SCALES", "FOLDED", "MOVES")}
+    saved = {key: getattr(placement, key) for key in ("SCALES", "FOLDED", "MOVES", "FEW_CHANNELS")}
     kind, fold = placement._Graph._kind, onnx_model.OnnxModel.fold_for_static
     try:
         if name == "no-operands":
@@ -74,6 +74,8 @@ def variant(name: str):
             placement.FOLDED = frozenset()
         elif name == "no-moves":
             placement.MOVES = frozenset()
+        elif name == "no-float-input-convs":
+            placement.FEW_CHANNELS = 0
         yield
     finally:
         for key, value in saved.items():

@@ -4,7 +4,8 @@ fuse. The oracle of "onnxruntime runs it in int8" is onnxruntime itself: the gra
 (``SessionOptions.optimized_model_filepath``); of the values, onnxruntime without its fusions and onnx's
 reference evaluator (`qlinear run`) on the written model, and the float model within quantization error.
 
-The model is built here as Paddle exports a MobileNetV3 block: convolutions with batch norms and biases as
+The model is built here as Paddle exports a MobileNetV3 block: a stem convolution on a 3-channel image,
+convolutions with batch norms and biases as
 ``Add(x, Reshape(b))``, hard swish as ``x * Clip(x + 3, 0, 6) / 6``, a squeeze-excite block ending in a
 HardSigmoid, a residual Add, pooling, a reshape and a MatMul head with a Softmax output, and a float island (a
 LayerNorm-like Sub/Pow/ReduceMean chain) that onnxruntime has no int8 kernel for."""
@@ -61,7 +62,8 @@ def _block_model(opset: int = 13) -> onnx.ModelProto:
         return out
 
     x = "x"
-    h = hard_swish(batch_norm(conv(x, "stem", 3, C, 3, bias=False), "stem_bn", C), "hs1")
+    # The stem reads the 3-channel image (float for onnxruntime: placement rule 4), the expansion after it is int8.
+    h = hard_swish(conv(batch_norm(conv(x, "stem", 3, C, 3, bias=False), "stem_bn", C), "expand", C, C, 1), "hs1")
     d = conv(h, "dw", C, C, 3, group=C)
     r = "dw_relu"
     nodes.append(helper.make_node("Relu", [d], [r], name="dw_relu"))
@@ -148,18 +150,47 @@ def targets(built, tmp_path_factory):
 def test_onnxruntime_target_runs_every_product_and_its_neighbours_in_int8(targets, tmp_path):
     optimized = _optimized(targets["onnxruntime"], tmp_path)
     ops = _ops(optimized)
-    # Every Conv and the MatMul are int8 kernels; so are the hard swishes (QLinearAdd with the quantized 3, the
-    # Clip folded into its QuantizeLinear, the /6 into the next DequantizeLinear's scale, QLinearMul), the
-    # squeeze-excite gate (its HardSigmoid folded into the Conv as a Clip), the residual Add and the pools.
+    # Every Conv but the stem and the MatMul are int8 kernels; so are the hard swishes (QLinearAdd with the
+    # quantized 3, the Clip folded into its QuantizeLinear, the /6 into the next DequantizeLinear's scale,
+    # QLinearMul), the squeeze-excite gate (its HardSigmoid folded into the Conv as a Clip), the residual Add and
+    # the pools. The stem reads the 3-channel input and stays float (rule 4): one float Conv.
     assert ops.get("QLinearConv") == 6 and ops.get("QLinearMatMul", 0) + ops.get("QGemm", 0) == 1, ops
+    assert ops.get("Conv") == 1, ops
     assert ops.get("QLinearAdd", 0) >= 2 and ops.get("QLinearMul", 0) >= 2, ops
-    assert not {"HardSigmoid", "Div", "Clip", "BatchNormalization", "Conv", "MatMul"} & set(ops), ops
+    assert not {"HardSigmoid", "Div", "Clip", "BatchNormalization", "MatMul"} & set(ops), ops
     # The float island (ReduceMean, Sub, Mul) runs in float between one DequantizeLinear and one QuantizeLinear.
     assert {"ReduceMean", "Sub"} <= set(ops)
     portable = _ops(_optimized(targets["qdq-portable"], tmp_path))
     conversions = ops.get("QuantizeLinear", 0) + ops.get("DequantizeLinear", 0)
-    assert conversions <= 6, ops  # the input's Q, the island's DQ and Q, the Softmax's DQ
+    assert conversions <= 6, ops  # the stem's Q, the island's DQ and Q, the Softmax's DQ
     assert conversions < portable.get("QuantizeLinear", 0) + portable.get("DequantizeLinear", 0), portable
+    assert portable.get("QLinearConv") == 7  # qdq-portable quantizes the stem too
+
+
+def test_the_convolution_of_the_image_input_stays_float_for_onnxruntime(targets, capsys, built, tmp_path):
+    """Rule 4: the stem reads the model input (3 channels) with its float weights, no DequantizeLinear in front
+    of either, and its output is quantized for the int8 layers after it; the report says why."""
+    model = onnx.load(str(targets["onnxruntime"]))
+    produced = {o: n for n in model.graph.node for o in n.output}
+    stem = next(n for n in model.graph.node if n.name == "stem_conv")
+    assert stem.input[0] == "x" and stem.input[1] not in produced or produced[stem.input[1]].op_type == "Constant"
+    readers = [n for n in model.graph.node if stem.output[0] in n.input]
+    assert [n.op_type for n in readers] == ["QuantizeLinear"]
+    folder, model_path = built
+    code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
+                                  "-o", tmp_path / "stem.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
+    assert code == 0, err
+    row = next(r for r in report["tensors"] if r["name"] == "stem_w")
+    assert not row["quantized"] and "reads the model input x (3 channels)" in row["note"]
+    # --keep-float still names its own reason; the other weights are unaffected.
+    code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
+                                  "-o", tmp_path / "kept.onnx", "--no-eval", "--no-latency", "--report-samples", "0",
+                                  "--keep-float", "pw_conv")
+    assert code == 0, err
+    notes = {r["name"]: r["note"] for r in report["tensors"]}
+    assert notes["pw_w"].startswith("--keep-float") and "model input" in notes["stem_w"]
+    assert sorted(r["name"] for r in report["tensors"] if r["name"].endswith("_w") and not r["quantized"]) \
+        == ["pw_w", "stem_w"]
 
 
 def test_float_island_has_one_pair_at_each_edge(targets):
@@ -225,6 +256,7 @@ def test_the_report_says_what_onnxruntime_runs_in_int8(built, capsys, tmp_path):
     assert latency["batch"] == {"x": [8, 3, 32, 32]}  # a batch of the calibration data: the batch axis is free
     nodes = latency["nodes"]
     assert nodes["int8"]["QLinearConv"] == 6 and "Sub" in nodes["float"] and "island_sub" in nodes["float_nodes"]
+    assert nodes["float"]["Conv"] == 1  # the stem (rule 4)
     code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
                                   "-o", tmp_path / "untimed.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
     assert code == 0 and "latency" not in report["model"]

@@ -162,18 +162,19 @@ def test_activation_types(tmp_path, capsys, calibration, activations, opset):
 
 
 def _conv_model(bias_value: float):
+    """A Conv on an input of 8 channels (a 3-channel image's convolution stays float: placement rule 4)."""
     rng = np.random.default_rng(4)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 1e-3, "w")
+    w = numpy_helper.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 1e-3, "w")
     b = numpy_helper.from_array(np.full(4, bias_value, np.float32), "b")
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 8, 8])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])], [w, b])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def test_conv_bias_int32_or_kept_where_it_would_overflow(tmp_path, capsys):
-    x = np.random.default_rng(5).standard_normal((16, 3, 8, 8)).astype(np.float32) * 1e-3
+    x = np.random.default_rng(5).standard_normal((16, 8, 8, 8)).astype(np.float32) * 1e-3
     np.savez(tmp_path / "x.npz", x=x)
     for bias, quantized in ((0.01, True), (1e9, False)):
         source = tmp_path / f"conv{int(quantized)}.onnx"

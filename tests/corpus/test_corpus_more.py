@@ -73,7 +73,9 @@ def test_captcha_recogniser_pytorch_cnn_lstm(tmp_path):
                                            evaluation.labels)
         assert kernels >= float_figure - 0.03
     nodes = _int8_products(output)
-    assert nodes["int8"].get("QLinearConv") == 21 and nodes["int8"].get("QGemm") == 1, nodes
+    # 21 convolutions: the first reads the grayscale image and stays float (placement rule 4).
+    assert nodes["int8"].get("QLinearConv") == 20 and nodes["int8"].get("QGemm") == 1, nodes
+    assert nodes["float"].get("Conv", 0) + nodes["float"].get("FusedConv", 0) == 1, nodes
 
 
 def test_click_detector_pytorch_yolox(tmp_path):

@@ -117,7 +117,11 @@ def test_onnxruntime_runs_the_static_model_with_its_int8_kernels(folder, tmp_pat
 
     output, _ = _static(folder, name)
     nodes = latency.optimized_nodes(output)
-    assert nodes["int8"]["QLinearConv"] == sum(1 for n in onnx.load(str(output)).graph.node if n.op_type == "Conv")
+    graph = onnx.load(str(output)).graph
+    inputs = {i.name for i in graph.input}
+    # Every Conv but the first, which reads the 3-channel image and stays float (placement rule 4).
+    assert nodes["int8"]["QLinearConv"] == sum(1 for n in graph.node if n.op_type == "Conv" and n.input[0] not in inputs)
+    assert sum(1 for n in graph.node if n.op_type == "Conv" and n.input[0] in inputs) == 1
     assert sum(nodes["conversions"].values()) <= sum(nodes["int8"].values()) / 8, nodes
 
 

@@ -586,14 +586,18 @@ def _fold(source: Path, model, feeds, onnxruntime: bool) -> dict:
 
 
 def _kept_float(choices: list[Choice], model, static) -> list[Choice]:
-    """The weights of the nodes that --keep-float names stay float with their node."""
-    if static is None or not static.keep_float:
+    """The weights of the nodes that --keep-float names stay float with their node, and with --target onnxruntime
+    those of the convolutions that read a model input of few channels (`placement.onnxruntime`, rule 4)."""
+    if static is None:
         return choices
     from .placement import kept_nodes
 
-    read = {name: node for node in kept_nodes(model.model, static.keep_float) for name in node.input}
-    return [Choice(c.found, None, f"--keep-float {read[c.found.name].name or read[c.found.name].op_type}", c.symmetric)
-            if c.quantized and c.found.name in read and ": " not in c.found.location else c for c in choices]
+    reasons = (placement_onnxruntime.input_convolutions(model.model) if static.target == "onnxruntime" else {})
+    for node in kept_nodes(model.model, static.keep_float) if static.keep_float else ():
+        for name in node.input:
+            reasons[name] = f"--keep-float {node.name or node.op_type}"
+    return [Choice(c.found, None, reasons[c.found.name], c.symmetric)
+            if c.quantized and c.found.name in reasons and ": " not in c.found.location else c for c in choices]
 
 
 def _nothing_to_quantize(model, choices: list[Choice]) -> str:
