@@ -299,3 +299,35 @@ def test_the_same_model_is_written_on_every_run_and_thread_count(net, tmp_path):
         assert result.returncode == 0, result.stderr
         written.add(out.read_bytes())
     assert len(written) == 1
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "adaround"])
+def test_a_model_with_external_data_is_rounded_as_the_same_model_inline(net, tmp_path, capsys, method):
+    """The calibration runs read the weights from the model's data file (onnxruntime's external-initializers
+    folder); the codes written are the ones the inline model gets, and the output keeps its data file."""
+    model, data, x = net
+    external = tmp_path / "ext" / "net.onnx"
+    external.parent.mkdir()
+    onnx.save(onnx.load(str(model)), str(external), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="net.onnx.data", size_threshold=0)
+    assert not onnx.load(str(external), load_external_data=False).graph.initializer[0].raw_data
+    written = {}
+    for source in (model, external):
+        out = tmp_path / f"out.{source.parent.name}" / "net.q.onnx"
+        out.parent.mkdir()
+        code, report, err = _quantize(capsys, source, "--dtype", "int4", "-o", out, "--rounding", method,
+                                      "--calibrate", data, "--activations", "float")
+        assert code == 0, err
+        assert report["model"]["checker"] == "passed"
+        assert {r["rounding"] for r in report["tensors"] if r["quantized"]} == {method}
+        loaded = onnx.load(str(out))  # with its data file, if any
+        written[source] = ({t.name: numpy_helper.to_array(t).tobytes() for t in loaded.graph.initializer},
+                           _run(out, x))
+    (inline, inline_y), (from_file, from_file_y) = written.values()
+    assert inline == from_file
+    assert np.array_equal(inline_y, from_file_y)
+    assert (tmp_path / "out.ext" / "net.q.onnx.data").is_file()
+    # Static quantization of such a model is refused, in one line, with nothing written.
+    code, _, err = _quantize(capsys, external, "--dtype", "int8", "-o", tmp_path / "static.onnx", "--calibrate", data)
+    assert code == 2 and err.count("\n") == 1 and "not supported yet; weight-only quantization is" in err
+    assert not (tmp_path / "static.onnx").exists()

@@ -135,12 +135,14 @@ class Segments:
     instead of holding them all at once, for the cost of one run.
 
     ``run(feeds)`` yields each segment's ``{name: array}``. The sessions are made on the first call, a
-    segment at a time: a segment's inputs are typed after the arrays the one before it produced."""
+    segment at a time: a segment's inputs are typed after the arrays the one before it produced.
+    ``folder``: where a model with external data keeps its data files (the segments keep the references)."""
 
-    def __init__(self, model, names: list[str], feeds: dict, budget: int | None = None, cut=None):
+    def __init__(self, model, names: list[str], feeds: dict, budget: int | None = None, cut=None, folder=None):
         from onnx import ModelProto
 
         budget = GROUP_BYTES if budget is None else budget
+        self.folder = folder
 
         graph = model.graph
         stored = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
@@ -232,7 +234,7 @@ class Segments:
         for k, (_, exposed_names) in enumerate(self.segments):
             if build:
                 segment, feed_names, outputs = self._segment_model(k, held)
-                self.runs.append((_runner(segment, outputs), feed_names))
+                self.runs.append((_runner(segment, outputs, self.folder), feed_names))
             run, feed_names = self.runs[k]
             values = run({name: held[name] for name in feed_names})
             held.update((name, values[name]) for name in self.carried[k])
@@ -243,12 +245,16 @@ class Segments:
                 del held[name]
 
 
-def _session(model, names: list[str]):
+def _session(model, names: list[str], folder=None):
     """``run(feeds) -> {name: array}`` for the exposed ``names``: onnxruntime (basic optimizations, which keep
-    every graph output), or qlinear's evaluator without it."""
+    every graph output), or qlinear's evaluator without it. ``folder``: where the external data files that
+    ``model`` (a ModelProto loaded without them) refers to are; onnxruntime reads them from there."""
     try:
         import onnxruntime
     except ImportError:
+        if folder is not None:
+            raise UserError("calibrating a model with external data needs onnxruntime: pip install onnxruntime") \
+                from None
         import qlinear.onnx
 
         evaluator = qlinear.onnx.evaluator(model if not isinstance(model, Path) else str(model))
@@ -259,6 +265,8 @@ def _session(model, names: list[str]):
     options.enable_cpu_mem_arena = False  # its arena keeps a run's peak (every exposed tensor) for good
     # Its idle workers spin after each run by default, taking the cores the observers bin the outputs on.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     source = str(model) if isinstance(model, Path) else model.SerializeToString()
     session = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
@@ -357,9 +365,11 @@ def first(data: CalibrationData) -> dict:
     return next(iter(data))
 
 
-def _runner(model, names):
+def _runner(model, names, folder=None):
     try:
-        return _session(model, names)
+        return _session(model, names, folder)
+    except UserError:
+        raise
     except Exception as error:  # noqa: BLE001 (onnxruntime's errors: the model or a type it lacks)
         raise UserError(f"the float model cannot run with its activations exposed ({str(error).splitlines()[0]})") from None
 

@@ -340,15 +340,18 @@ def _recurrent_layer(node, weight: str, shape) -> Layer | str:
     return f"it is not the {node.op_type}'s W or R"
 
 
-def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0) -> None:
-    """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run of the float model over the samples."""
+def collect(model, layers: list[Layer], data: CalibrationData, progress=None, seed: int = 0, folder=None) -> None:
+    """Fill every layer's ``sums``, ``magnitudes`` and ``rows`` from one run of the float model over the samples.
+    ``folder``: where the model's external data files are, if it has any."""
     collector = Collector(layers, data.samples, seed)
-    run = Segments(model, collector.names, first(data))
+    run = Segments(model, collector.names, first(data), folder=folder)
     for index, feeds in enumerate(data):
         try:
             for values in run(feeds):
                 collector.consume(values)
                 del values
+        except UserError:
+            raise
         except Exception as error:  # noqa: BLE001 (onnxruntime's several error types: one line for the user)
             text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UserError(f"--calibrate: the float model does not run on sample {index} ({text[:300]}); each "

@@ -400,7 +400,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
     if static is not None:
         if model.external:
             raise UserError(f"{source}: static quantization (--calibrate) of a model with external data is not "
-                            f"supported yet; weight-only quantization is")
+                            f"supported yet; weight-only quantization is (with --activations float, calibrated "
+                            f"rounding too)")
         samples = static_quantization.open_data(static, input_names)
         feeds = feeds if feeds is not None else static_quantization.first_sample(samples)
 
@@ -435,9 +436,6 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
     if settings.rounding != "rtn":
         rounding_data = samples
         if rounding_data is None and settings.weight_data:
-            if model.external:
-                raise UserError(f"{source}: --rounding {settings.rounding} of a model with external data is not "
-                                f"supported yet")
             rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
         if weight_plan is None:
             weight_plan = weight_rounding.Rounding(model, choices, settings)
