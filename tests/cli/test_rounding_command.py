@@ -327,7 +327,57 @@ def test_a_model_with_external_data_is_rounded_as_the_same_model_inline(net, tmp
     assert inline == from_file
     assert np.array_equal(inline_y, from_file_y)
     assert (tmp_path / "out.ext" / "net.q.onnx.data").is_file()
-    # Static quantization of such a model is refused, in one line, with nothing written.
-    code, _, err = _quantize(capsys, external, "--dtype", "int8", "-o", tmp_path / "static.onnx", "--calibrate", data)
-    assert code == 2 and err.count("\n") == 1 and "not supported yet; weight-only quantization is" in err
-    assert not (tmp_path / "static.onnx").exists()
+
+
+def _bn_model(path):
+    """x [N, 8, 12, 12] -> Conv 3x3 (16) -> BatchNormalization -> Relu -> Conv 1x1 (24) -> GlobalAveragePool ->
+    Flatten -> MatMul (24x10): a batch norm to fold before static quantization."""
+    rng = np.random.default_rng(5)
+    arrays = {"w1": rng.standard_normal((16, 8, 3, 3)) * 0.2, "g": rng.uniform(0.5, 1.5, 16),
+              "b": rng.normal(0, 0.1, 16), "m": rng.normal(0, 0.1, 16), "v": rng.uniform(0.5, 1.5, 16),
+              "w2": rng.standard_normal((24, 16, 1, 1)) * 0.2, "w3": rng.standard_normal((24, 10)) * 0.2}
+    weights = [numpy_helper.from_array(a.astype(np.float32), name) for name, a in arrays.items()]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "g", "b", "m", "v"], ["n1"], name="bn1"),
+             helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("GlobalAveragePool", ["c2"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "w3"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("rounding", ["rtn", "gptq"])
+def test_a_model_with_external_data_is_quantized_statically_as_the_same_model_inline(tmp_path, capsys, rounding):
+    """Static int8 (and int4 gptq with quantized activations) of a model whose weights are in a data file: the
+    batch norm folded and checked, the activations calibrated and compared layer by layer reading the input's
+    data file, then the output's; the same codes, scales and report figures as the inline model's."""
+    model, data = tmp_path / "bn.onnx", tmp_path / "calib.npz"
+    _bn_model(model)
+    x = _data(data, count=24)
+    external = tmp_path / "ext" / "bn.onnx"
+    external.parent.mkdir()
+    onnx.save(onnx.load(str(model)), str(external), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="bn.onnx.data", size_threshold=0)
+    args = ["--dtype", "int8"] if rounding == "rtn" else ["--dtype", "int4", "--rounding", "gptq"]
+    written = {}
+    for source in (model, external):
+        out = tmp_path / f"out.{source.parent.name}" / "bn.q.onnx"
+        out.parent.mkdir()
+        code, report, err = _quantize(capsys, source, *args, "-o", out, "--calibrate", data, "--report-samples", "4",
+                                      "--no-latency")
+        assert code == 0, err
+        assert report["model"]["checker"] == "passed"
+        assert report["activations"]["folded"]["nodes"] and "max_difference" in report["activations"]["folded"]
+        layers = {row["tensor"]: row["sqnr_db"] for row in report["activations"]["per_layer"]["layers"]}
+        assert layers and all(np.isfinite(v) and v > 20 for v in layers.values()), layers
+        loaded = onnx.load(str(out))
+        written[source] = ({t.name: numpy_helper.to_array(t).tobytes() for t in loaded.graph.initializer},
+                           {row["name"]: (row["scale"], row["zero_point"]) for row in report["activations"]["tensors"]},
+                           layers, _run(out, x))
+    inline, from_file = written.values()
+    assert inline[0] == from_file[0] and inline[1] == from_file[1] and inline[2] == from_file[2]
+    assert np.array_equal(inline[3], from_file[3])
+    assert (tmp_path / "out.ext" / "bn.q.onnx.data").is_file()

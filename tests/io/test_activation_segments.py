@@ -117,9 +117,9 @@ def test_what_the_same_run_also_collects_comes_out_of_the_segments_budget(tmp_pa
     budgets = []
 
     class Recorded(Segments):
-        def __init__(self, *args):
+        def __init__(self, *args, **kwargs):
             budgets.append(args[3])
-            super().__init__(*args)
+            super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(activation_calibration, "Segments", Recorded)
     monkeypatch.setattr(activation_calibration, "GROUP_BYTES", 4000)

@@ -273,14 +273,15 @@ def _session(model, names: list[str], folder=None):
 
 
 def collect(model, names: list[str], data: CalibrationData, progress=None, max_bins: int = 2048,
-            also=None) -> dict[str, Observer]:
+            also=None, folder=None) -> dict[str, Observer]:
     """An observer per tensor of ``names`` (of ``model``, a ModelProto), fed every sample of ``data``.
     ``also``: (more names, ``consume(values)``, bytes ``consume`` holds): tensors exposed in the same run and
     handed, a segment's at a time, to ``consume`` (the layers' input Hessians of `hessians`); what it holds
-    comes out of the segments' budget, so that the run stays within one budget."""
+    comes out of the segments' budget, so that the run stays within one budget. ``folder``: where the model's
+    external data files are, if it has any."""
     more, consume, held = also if also is not None else ((), None, 0)
     budget = max(GROUP_BYTES - held, GROUP_BYTES // 4)
-    run = Segments(model, list(dict.fromkeys(list(names) + list(more))), first(data), budget)
+    run = Segments(model, list(dict.fromkeys(list(names) + list(more))), first(data), budget, folder=folder)
     observers = {name: Observer(max_bins=max_bins) for name in names}
     with _Updater(observers) as update:
         for feeds in data:
@@ -390,12 +391,13 @@ class Agreement:
 
 
 def compare(float_model, quantized_model, names: list[str], data: CalibrationData, limit: int | None = None,
-            progress=None) -> dict[str, Agreement]:
+            progress=None, folders=(None, None)) -> dict[str, Agreement]:
     """Run both models (`Segments` exposing the same groups of ``names`` in step) on the samples of ``data``
-    (the first ``limit``) and sum each tensor's squared values and squared differences."""
+    (the first ``limit``) and sum each tensor's squared values and squared differences. ``folders``: where
+    each model's external data files are, if it has any."""
     feeds = first(data)
-    float_run = Segments(float_model, names, feeds)
-    quantized_run = Segments(quantized_model, names, feeds, cut=float_run.cut)
+    float_run = Segments(float_model, names, feeds, folder=folders[0])
+    quantized_run = Segments(quantized_model, names, feeds, cut=float_run.cut, folder=folders[1])
     agreements = {name: Agreement() for name in names}
     for count, feeds in enumerate(data):
         if limit is not None and count >= limit:

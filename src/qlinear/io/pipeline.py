@@ -398,10 +398,6 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         feeds = _first_run(data_feeds, measure.task)
     samples = None
     if static is not None:
-        if model.external:
-            raise UserError(f"{source}: static quantization (--calibrate) of a model with external data is not "
-                            f"supported yet; weight-only quantization is (with --activations float, calibrated "
-                            f"rounding too)")
         samples = static_quantization.open_data(static, input_names)
         feeds = feeds if feeds is not None else static_quantization.first_sample(samples)
 
@@ -417,7 +413,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         chosen = [c for c in choices if c.quantized]
     static_plan = weight_plan = None
     if static is not None:
-        folding = _fold(source, model, feeds, static.target == "onnxruntime")
+        folding = _fold(source, model, feeds, static.target == "onnxruntime", output.parent)
         choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
         chosen = [c for c in choices if c.quantized]
         static_plan = static_quantization.plan(model, static, samples,
@@ -427,7 +423,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             weight_plan = weight_rounding.Rounding(model, choices, settings)
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             also = weight_plan.also(samples.samples) if weight_plan is not None else None
-            ran = static_quantization.calibrate(static_plan, model.model, static, advance, also)
+            ran = static_quantization.calibrate(static_plan, model.model, static, advance, also,
+                                                folder=model.base if model.external else None)
             if weight_plan is not None and not ran:
                 weight_plan.collector = None  # every activation cached (a --max-drop rerun): a run of their own
         static_plan.float_model = import_onnx().ModelProto()
@@ -488,8 +485,12 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             original_proto = static_plan.float_model
             count = static_quantization.report_count(original_proto, static_plan, static, output_names)
             with report.progress(count, "comparing layers", unit="samples") as advance:
+                # With external data the float model reads the input's data file, the quantized one the
+                # output's (written beside the temporary model).
+                folders = (model.base if model.external else None,
+                           temporaries[-1].parent if external is not None else None)
                 layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, count,
-                                                       advance)
+                                                       advance, folders)
             summary["activations"] = {
                 "type": static.qtype.onnx_name, "method": static.method, "symmetric": static.symmetric,
                 "folded": static_plan.folding,
@@ -559,9 +560,10 @@ def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure
     return summary
 
 
-def _fold(source: Path, model, feeds, onnxruntime: bool) -> dict:
+def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
     """Fold BatchNormalization (and Mul/Add by constants) into the Convs before them, then check that the
-    float model still computes what it did (float rounding only), as after an opset conversion."""
+    float model still computes what it did (float rounding only), as after an opset conversion. A model with
+    external data is run from a temporary folder in ``folder`` (`_materialized`)."""
     import onnx
 
     original = onnx.ModelProto()
@@ -570,9 +572,14 @@ def _fold(source: Path, model, feeds, onnxruntime: bool) -> dict:
     result = {"nodes": [f"{f.folded} into {f.conv}" for f in folded]}
     if not folded:
         return result
+    if model.stored_bytes > CHECK_LIMIT:
+        result["note"] = (f"not run to check it: the model holds {model.stored_bytes / 1e9:.2f} GB, and running it "
+                          f"twice would take more memory than quantizing it")
+        return result
     try:
-        check = evaluation.check_conversion(original, model.model, feeds)
-    except RuntimeError as error:
+        with _materialized(model.model, model.base, folder) as after:
+            check = evaluation.check_conversion(source if model.external else original, after, feeds)
+    except (RuntimeError, OSError) as error:
         raise UserError(f"{source}: the model with its batch norms folded into its convolutions does not run "
                         f"({error})") from None
     limit = CONVERSION_TOLERANCE * max(1.0, check["scale"])

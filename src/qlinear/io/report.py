@@ -313,9 +313,10 @@ def _show_activations(console, activations: dict) -> None:
 
     folded = activations.get("folded") or {}
     if folded.get("nodes"):
+        moved = (f"the float model moved by {folded['max_difference']:.3g} at most" if "max_difference" in folded
+                 else f"the folded float model was {folded.get('note', 'not run to check it')}")
         console.print(f"folded into the convolutions before quantizing: {len(folded['nodes'])} nodes "
-                      f"(BatchNormalization, Mul/Add by constants); the float model moved by "
-                      f"{folded.get('max_difference', 0.0):.3g} at most")
+                      f"(BatchNormalization, Mul/Add by constants); {moved}")
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
                   f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")

@@ -95,13 +95,15 @@ def plan(model, static: StaticSettings, data: CalibrationData, float_weights=())
     return Plan(placed, data)
 
 
-def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None, also=None) -> bool:
-    """Observe every planned activation over the calibration data; fill ``plan_.parameters``. ``also`` as
-    `activation_calibration.collect` takes it; returns whether the samples were run (not all cached)."""
+def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None, also=None, folder=None) -> bool:
+    """Observe every planned activation over the calibration data; fill ``plan_.parameters``. ``also`` and
+    ``folder`` as `activation_calibration.collect` takes them; returns whether the samples were run (not all
+    cached)."""
     names = [a.name for a in plan_.activations if a.tie is None]
     missing = [name for name in names if name not in static.cache]
     if missing:
-        static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress, also=also))
+        static.cache.update(activation_calibration.collect(model_ref, missing, plan_.data, progress, also=also,
+                                                           folder=folder))
     observers = {name: static.cache[name] for name in names}
     qtype = static.qtype
     found = activation_calibration.ranges(observers, static.method)
@@ -207,14 +209,15 @@ def report_count(float_ref, plan_: Plan, static: StaticSettings, output_names: l
     return max(1, min(REPORT_SAMPLES, fits, plan_.data.samples))
 
 
-def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], count: int, progress=None) -> dict:
+def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], count: int, progress=None,
+              folders=(None, None)) -> dict:
     """SQNR of every quantized activation and every model output, quantized against float, on the first
-    ``count`` samples (`report_count`)."""
+    ``count`` samples (`report_count`); ``folders``: where each model's external data files are."""
     if count == 0:
         return {"samples": 0, "layers": [], "outputs": []}
     names = list(dict.fromkeys([a.compared for a in plan_.activations if a.producer] + output_names))
     agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data, limit=count,
-                                                progress=progress)
+                                                progress=progress, folders=folders)
     layers = sorted(({"tensor": a.compared, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
                       "sqnr_db": agreements[a.compared].sqnr_db,
                       "max_abs_error": agreements[a.compared].max_abs_error}
