@@ -52,6 +52,13 @@ def rand(rng, shape, dt):
     return rng.integers(lo, hi + 1, shape).astype(dt)
 
 
+@pytest.fixture(autouse=True)
+def every_thread(monkeypatch):
+    """The GEMMs here run on every thread, unmeasured (a call's first runs would be serial trials otherwise:
+    threads.SerialOrParallel); `test_one_thread_or_all_is_measured_per_weight_and_rows` covers the choice."""
+    monkeypatch.setattr(ig, "_FORCE_SERIAL", False)
+
+
 @pytest.fixture(params=PATHS)
 def path(request):
     return request.param
@@ -447,3 +454,27 @@ def test_byte_pair_path_matches_int64():
     pw = ig.pack_weights(w, I8(0))
     np.testing.assert_array_equal(ig.gemm(a, U8(0), pw, path="avx2ub"), oracle(a, 0, w, 0))
     assert not pw.fits_byte_pairs()
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 384, 384), (37, 129, 45), (200, 64, 300)])
+def test_one_thread_or_all_is_measured_per_weight_and_rows(monkeypatch, m, k, n):
+    """Without _FORCE_SERIAL, each (rows, threads) of a packed weight runs its first calls on one thread and
+    the next on all (threads.SerialOrParallel), then the faster way; every call gives the oracle's bits."""
+    monkeypatch.setattr(ig, "_FORCE_SERIAL", None)
+    monkeypatch.setattr(ig.threads, "launch_cost", lambda: float("inf"))  # no shortcut past the trials
+    rng = np.random.default_rng(m + k + n)
+    a, w = rand(rng, (m, k), U8), rand(rng, (k, n), I8)
+    za, zw = U8(7), np.zeros(n, I8)
+    pw = ig.pack_weights(w, zw)
+    want = oracle(a, za, w, zw)
+    workers = ig.threads.get_num_threads()
+    trials = 2 * (ig.threads.SerialOrParallel.SKIPPED + ig.threads.SerialOrParallel.TRIALS)
+    for _ in range(trials + 3):
+        np.testing.assert_array_equal(ig.gemm(a, za, pw), want)
+    if workers > 1:
+        choice = pw.thread_choices[(m, workers)]
+        assert choice.serial is not None  # decided after the trials, by the times measured
+        assert len(choice.serial_times) == len(choice.parallel_times) == trials // 2
+        a2 = rand(rng, (m + 1, k), U8)  # another row count: a choice of its own
+        np.testing.assert_array_equal(ig.gemm(a2, za, pw), oracle(a2, za, w, zw))
+        assert (m + 1, workers) in pw.thread_choices

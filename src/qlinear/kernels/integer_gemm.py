@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -371,6 +372,7 @@ class PackedWeights:
         self._packed: dict = {}
         self._fits_byte_pairs: bool | None = None
         self.epilogue_terms: dict = {}  # see gemm
+        self.thread_choices: dict = {}  # (rows M, thread count) -> threads.SerialOrParallel of gemm's calls
 
     def packed(self, path: str) -> tuple[np.ndarray, int]:
         """(packed int32 groups, ksteps) for ``path`` in this orientation."""
@@ -420,6 +422,9 @@ def activation_abs_max(x: np.ndarray, x_zero_point) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- gemm
+_FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
+
+
 def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None) -> np.ndarray:
     """Exact ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N) int32, or its requantization (see module docstring)."""
     func = "gemm"
@@ -505,8 +510,26 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
     out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
     out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
     mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-    call_parallel(gemm_driver(path), read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0),
-                  words, read_only(ub), need_rowsum, q_w, ks, m_total, n_total, mb, nb, threads.get_num_threads(), rterm,
-                  cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off,
-                  col_off, out32, out8)
+    args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words, read_only(ub),
+            need_rowsum, q_w, ks, m_total, n_total, mb, nb)
+    rest = (rterm, cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off,
+            col_off, out32, out8)
+    driver = gemm_driver(path)
+    workers = threads.get_num_threads()
+    if workers == 1 or _FORCE_SERIAL is not None:
+        serial = workers == 1 or bool(_FORCE_SERIAL)
+        call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
+        return out
+    # One thread or all, measured per weight and row count as a convolution layer is (threads.SerialOrParallel):
+    # a small product (a classifier head, one token's projection) loses more to waking the workers than it gains.
+    choice = packed.thread_choices.get((m_total, workers))
+    if choice is None:
+        if len(packed.thread_choices) >= 16:
+            packed.thread_choices.clear()
+        choice = packed.thread_choices.setdefault((m_total, workers), threads.SerialOrParallel())
+    serial = choice.next_is_serial()
+    start = time.perf_counter() if choice.serial is None else 0.0
+    call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
+    if choice.serial is None:
+        choice.record(serial, time.perf_counter() - start)
     return out
