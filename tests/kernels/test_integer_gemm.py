@@ -457,10 +457,12 @@ def test_byte_pair_path_matches_int64():
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 384, 384), (37, 129, 45), (200, 64, 300)])
-def test_one_thread_or_all_is_measured_per_weight_and_rows(monkeypatch, m, k, n):
-    """Without _FORCE_SERIAL, each (rows, threads) of a packed weight runs its first calls on one thread and
-    the next on all (threads.SerialOrParallel), then the faster way; every call gives the oracle's bits."""
+def test_one_thread_or_all_is_measured_per_shape(monkeypatch, m, k, n):
+    """Without _FORCE_SERIAL, each shape (and thread count) runs its first calls on one thread and the next on
+    all (threads.SerialOrParallel), then the faster way; every call gives the oracle's bits, and another
+    weight of the same shape (an activation B, packed anew per call) takes the same choice."""
     monkeypatch.setattr(ig, "_FORCE_SERIAL", None)
+    monkeypatch.setattr(ig, "THREAD_CHOICES", {})
     monkeypatch.setattr(ig.threads, "launch_cost", lambda: float("inf"))  # no shortcut past the trials
     rng = np.random.default_rng(m + k + n)
     a, w = rand(rng, (m, k), U8), rand(rng, (k, n), I8)
@@ -472,9 +474,13 @@ def test_one_thread_or_all_is_measured_per_weight_and_rows(monkeypatch, m, k, n)
     for _ in range(trials + 3):
         np.testing.assert_array_equal(ig.gemm(a, za, pw), want)
     if workers > 1:
-        choice = pw.thread_choices[(m, workers)]
+        (key, choice), = ig.THREAD_CHOICES.items()
+        assert key[1:] == (m, k, n, workers)
         assert choice.serial is not None  # decided after the trials, by the times measured
         assert len(choice.serial_times) == len(choice.parallel_times) == trials // 2
+        w2 = rand(rng, (k, n), I8)  # another weight of the shape: the same choice, no new trials
+        np.testing.assert_array_equal(ig.gemm(a, za, ig.pack_weights(w2, zw)), oracle(a, za, w2, zw))
+        assert len(ig.THREAD_CHOICES) == 1 and len(choice.serial_times) == trials // 2
         a2 = rand(rng, (m + 1, k), U8)  # another row count: a choice of its own
         np.testing.assert_array_equal(ig.gemm(a2, za, pw), oracle(a2, za, w, zw))
-        assert (m + 1, workers) in pw.thread_choices
+        assert len(ig.THREAD_CHOICES) == 2

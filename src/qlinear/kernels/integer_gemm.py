@@ -372,7 +372,6 @@ class PackedWeights:
         self._packed: dict = {}
         self._fits_byte_pairs: bool | None = None
         self.epilogue_terms: dict = {}  # see gemm
-        self.thread_choices: dict = {}  # (rows M, thread count) -> threads.SerialOrParallel of gemm's calls
 
     def packed(self, path: str) -> tuple[np.ndarray, int]:
         """(packed int32 groups, ksteps) for ``path`` in this orientation."""
@@ -423,6 +422,7 @@ def activation_abs_max(x: np.ndarray, x_zero_point) -> int:
 
 # ----------------------------------------------------------------------------------------------- gemm
 _FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
+THREAD_CHOICES: dict = {}  # (path, M, K, N, thread count) -> threads.SerialOrParallel of gemm's calls
 
 
 def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None) -> np.ndarray:
@@ -520,13 +520,15 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
         serial = workers == 1 or bool(_FORCE_SERIAL)
         call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
         return out
-    # One thread or all, measured per weight and row count as a convolution layer is (threads.SerialOrParallel):
-    # a small product (a classifier head, one token's projection) loses more to waking the workers than it gains.
-    choice = packed.thread_choices.get((m_total, workers))
+    # One thread or all, measured per shape as a convolution layer is (threads.SerialOrParallel): a small product
+    # (a classifier head, one token's projection) loses more to waking the workers than it gains. Per shape, not
+    # per weight: a product of two activations (attention's) packs a new B on every call.
+    key = (path, m_total, k, n_total, workers)
+    choice = THREAD_CHOICES.get(key)
     if choice is None:
-        if len(packed.thread_choices) >= 16:
-            packed.thread_choices.clear()
-        choice = packed.thread_choices.setdefault((m_total, workers), threads.SerialOrParallel())
+        if len(THREAD_CHOICES) >= 256:
+            THREAD_CHOICES.clear()
+        choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
     serial = choice.next_is_serial()
     start = time.perf_counter() if choice.serial is None else 0.0
     call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
