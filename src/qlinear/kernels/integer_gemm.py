@@ -302,6 +302,8 @@ class Requant:
                 self.mult, self.rs, self.cs = np.ascontiguousarray(m), 1, 0
             else:
                 raise ValueError(f"{func}: requant multiplier must be a scalar or one per output channel ({m_total}), got {m.size}")
+        elif m.size == 1 and m.ndim <= 2:  # a scalar (the common case) broadcasts: no check to pay for
+            self.mult, self.rs, self.cs = m.reshape(-1), 0, 0
         else:
             try:
                 b = np.broadcast_to(m, (m_total, n_total))
