@@ -278,11 +278,13 @@ def test_realistic_shapes_match_both_peers(shape, types, per_column):
         np.testing.assert_array_equal(qlinear_matmul(*args, requantize="float32"), run_onnxruntime(model, a)[0], strict=True)
 
 
-def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one():
+def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one(monkeypatch):
     """A 2-D call with the arguments of an earlier one runs what that call prepared (qlinear_matmul._PREPARED):
     the result is the reference's every time, after the caller changes b or a scale in place too, and
     arguments that must be refused still are."""
     from qlinear.ops import qlinear_matmul as qm
+
+    monkeypatch.setattr(qm, "_PREPARED", {})
 
     rng = np.random.default_rng(21)
     a = rng.integers(0, 256, (5, 40), dtype=np.uint8)
@@ -300,6 +302,20 @@ def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one():
     for _ in range(3):
         a[:] = rng.integers(0, 256, a.shape, dtype=np.uint8)
         np.testing.assert_array_equal(call(), expected())
+    # ... and the GEMM's set-up (its GemmLaunch) with it, while the packed weights and the kernel path stay.
+    from qlinear.kernels import integer_gemm
+
+    (entry,) = qm._PREPARED.values()
+    launch = entry.launch[0]
+    a[:] = rng.integers(0, 256, a.shape, dtype=np.uint8)
+    np.testing.assert_array_equal(call(), expected())
+    assert entry.launch[0] is launch
+    other = next((p for p in integer_gemm.available_paths() if p not in (integer_gemm.current_path(), "blas")), None)
+    if other is not None:  # another kernel path: its own launch (the key holds the path), the same bits
+        with integer_gemm.force_path(other):
+            np.testing.assert_array_equal(call(), expected())
+        np.testing.assert_array_equal(call(), expected())
+        assert entry.launch[0] is launch
     kept = len(qm._PREPARED)
     b[0, :] = 100  # in place: the packing cache sees the new values
     np.testing.assert_array_equal(call(), expected())

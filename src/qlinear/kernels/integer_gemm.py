@@ -424,13 +424,23 @@ def activation_abs_max(x: np.ndarray, x_zero_point) -> int:
 
 # ----------------------------------------------------------------------------------------------- gemm
 _FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
+_EMPTY_OUT32 = np.empty(1, np.int32)  # the output buffer a call does not write (int32 or requantized bytes)
+_EMPTY_OUT8 = np.empty(1, np.uint8)
 THREAD_CHOICES: dict = {}  # (path, M, K, N, thread count) -> threads.SerialOrParallel of gemm's calls
 
 
 def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None) -> np.ndarray:
     """Exact ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N) int32, or its requantization (see module docstring)."""
-    func = "gemm"
     a = np.asarray(a)
+    launch, result = gemm_launch(a, a_zero_point, packed, bias, requant, path)
+    return result if launch is None else launch.run(a)
+
+
+def gemm_launch(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None):
+    """(GemmLaunch, None) for a call `gemm` runs on its kernels, whose `run` a caller may repeat with other
+    arrays of ``a``'s shape and type where ``launch.reusable``; (None, the result) where it computes the product
+    another way (the BLAS path, an accumulator past int32 for this ``a``, an empty product)."""
+    func = "gemm"
     if a.ndim != 2 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         raise ValueError(f"{func}: a must be a 2-D int8/uint8 array, got {a.dtype} {a.shape}")
     if packed.orientation != "cols":
@@ -462,78 +472,104 @@ def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: 
         if k == 0 and bias is not None:
             acc = np.broadcast_to(bias.reshape(1, -1), out_shape).astype(np.int32)
         if rq.mode == 0:
-            return acc
-        return _fallback.requantize(acc, rq.raw, rq.yzp, rq.y_dtype, rq.mode_name)
+            return None, acc
+        return None, _fallback.requantize(acc, rq.raw, rq.yzp, rq.y_dtype, rq.mode_name)
 
-    _op, mr, nv, lanes, g, _f = PATHS[path]
-    nr = nv * lanes
-    # unsigned activations: xor 0x80 for int8 (zero point shifts by 128)
-    if a.dtype == np.int8:
-        au, xor, zau = a.view(np.uint8), 0x80, za + 128
-    else:
-        au, xor, zau = a, 0, za
-    au = np.ascontiguousarray(au)
-    q_w, ks = packed.packed(path)
-    need_rowsum = packed.any_zw
-    # the activations are packed by the GEMM's own tasks (_drivers.GEMM_TEMPLATE): as 32-bit words when groups of
-    # 4 bytes fill K (the row sums then from the unsigned bytes, the int8 flip applied first), else byte by byte
-    words = g == 4 and au.shape[1] % 4 == 0 and au.shape[1] > 0
-    a32 = au.view(np.int32) if words else _EMPTY_WORDS
-    ub = au ^ np.uint8(xor) if (words and xor and need_rowsum) else au
-    mp = -(-m_total // mr)
-    npn = -(-n_total // nr)
-    # corrections: C = acc - zw[j]*rowsum[i] - zau[i]*colsum[j] + K*zau[i]*zw[j] + bias[j]
-    #            = acc + cterm[j] - u1[i] v1[j] - u2[i] v2[j],  u1 = rowsum, v1 = zw, u2 = zau, v2 = colsum - K*zw
-    # these depend only on the call's shape, zero point and bias: kept on the weights for the last few, since
-    # building them cost ~15 us per call (repeated inference calls pass the same ones)
-    key = (m_total, mr, nr, zau.tobytes(), None if bias is None else bias.tobytes())
-    terms = packed.epilogue_terms.get(key)
-    if terms is None:
-        zw = packed.zws
-        cterm = np.zeros(npn * nr, np.int32)
-        if bias is not None:
-            cterm[:n_total] = bias
-        v1 = np.zeros(npn * nr, np.int32)
-        v1[:n_total] = zw
-        v2 = np.zeros(npn * nr, np.int32)
-        v2[:n_total] = wrap_int32(packed.colsum - k * zw)
-        u2 = np.zeros(mp * mr, np.int32)
-        u2[:m_total] = np.broadcast_to(zau, (m_total,))
-        rterm = np.zeros(mp * mr, np.int32)
-        row_off = np.arange(mp * mr, dtype=np.int64) * n_total
-        col_off = np.arange(npn * nr, dtype=np.int64)
-        terms = cterm, v1, v2, u2, rterm, row_off, col_off
-        if len(packed.epilogue_terms) >= 8:
-            packed.epilogue_terms.clear()
-        packed.epilogue_terms[key] = terms
-    cterm, v1, v2, u2, rterm, row_off, col_off = terms
-    out = np.empty(out_shape, rq.y_dtype)
-    flat = out.reshape(-1)
-    out32 = flat if rq.mode == 0 else np.empty(1, np.int32)
-    out8 = flat.view(np.uint8) if rq.mode != 0 else np.empty(1, np.uint8)
-    mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-    args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words, read_only(ub),
-            need_rowsum, q_w, ks, m_total, n_total, mb, nb)
-    rest = (rterm, cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax, row_off,
-            col_off, out32, out8)
-    driver = gemm_driver(path)
-    workers = threads.get_num_threads()
-    if workers == 1 or _FORCE_SERIAL is not None:
-        serial = workers == 1 or bool(_FORCE_SERIAL)
-        call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
+    return GemmLaunch(a.dtype, m_total, k, zau_of(a.dtype, za), packed, bias, rq, path, bound <= INT32_MAX), None
+
+
+def zau_of(a_dtype, za: np.ndarray) -> np.ndarray:
+    """The zero point of the unsigned bytes the kernels read: int8 activations are flipped (xor 0x80)."""
+    return za + 128 if a_dtype == np.int8 else za
+
+
+class GemmLaunch:
+    """Everything a GEMM call sets up from its shape, zero point, bias, requantization and weights (the path,
+    the packed weights, the epilogue terms, the blocks): made once, `run` with each new ``a`` of that shape and
+    type costs the kernel, the output and the activations' views. ``reusable``: whether the int32 accumulator
+    provably holds for any ``a`` of the type (else `gemm` checks a's own values and makes a launch per call)."""
+
+    __slots__ = ("m_total", "k", "n_total", "xor", "words", "need_rowsum", "head", "rest", "path", "rq",
+                 "out_shape", "reusable", "packed")
+
+    def __init__(self, a_dtype, m_total: int, k: int, zau: np.ndarray, packed: "PackedWeights", bias, rq: "Requant",
+                 path: str, reusable: bool):
+        _op, mr, nv, lanes, g, _f = PATHS[path]
+        nr = nv * lanes
+        n_total = packed.n
+        self.m_total, self.k, self.n_total, self.path, self.rq, self.reusable = m_total, k, n_total, path, rq, reusable
+        self.packed = packed
+        self.out_shape = (m_total, n_total)
+        self.xor = 0x80 if a_dtype == np.int8 else 0  # unsigned activations: int8 flipped, its zero point + 128
+        q_w, ks = packed.packed(path)
+        self.need_rowsum = packed.any_zw
+        # the activations are packed by the GEMM's own tasks (_drivers.GEMM_TEMPLATE): as 32-bit words when groups
+        # of 4 bytes fill K (the row sums then from the unsigned bytes, the int8 flip applied first), else byte by byte
+        self.words = g == 4 and k % 4 == 0 and k > 0
+        mp = -(-m_total // mr)
+        npn = -(-n_total // nr)
+        # corrections: C = acc - zw[j]*rowsum[i] - zau[i]*colsum[j] + K*zau[i]*zw[j] + bias[j]
+        #            = acc + cterm[j] - u1[i] v1[j] - u2[i] v2[j],  u1 = rowsum, v1 = zw, u2 = zau, v2 = colsum - K*zw
+        # these depend only on the call's shape, zero point and bias: kept on the weights for the last few, since
+        # building them cost ~15 us per call (repeated inference calls pass the same ones)
+        key = (m_total, mr, nr, zau.tobytes(), None if bias is None else bias.tobytes())
+        terms = packed.epilogue_terms.get(key)
+        if terms is None:
+            zw = packed.zws
+            cterm = np.zeros(npn * nr, np.int32)
+            if bias is not None:
+                cterm[:n_total] = bias
+            v1 = np.zeros(npn * nr, np.int32)
+            v1[:n_total] = zw
+            v2 = np.zeros(npn * nr, np.int32)
+            v2[:n_total] = wrap_int32(packed.colsum - k * zw)
+            u2 = np.zeros(mp * mr, np.int32)
+            u2[:m_total] = np.broadcast_to(zau, (m_total,))
+            rterm = np.zeros(mp * mr, np.int32)
+            row_off = np.arange(mp * mr, dtype=np.int64) * n_total
+            col_off = np.arange(npn * nr, dtype=np.int64)
+            terms = cterm, v1, v2, u2, rterm, row_off, col_off
+            if len(packed.epilogue_terms) >= 8:
+                packed.epilogue_terms.clear()
+            packed.epilogue_terms[key] = terms
+        cterm, v1, v2, u2, rterm, row_off, col_off = terms
+        mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
+        self.head = (q_w, ks, m_total, n_total, mb, nb)
+        self.rest = (rterm, cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                     row_off, col_off)
+
+    def run(self, a: np.ndarray) -> np.ndarray:
+        """The product of ``a`` (the launch's shape and type) with the launch's weights."""
+        xor = self.xor
+        au = np.ascontiguousarray(a.view(np.uint8) if xor else a)
+        words = self.words
+        a32 = au.view(np.int32) if words else _EMPTY_WORDS
+        ub = au ^ np.uint8(xor) if (words and xor and self.need_rowsum) else au
+        rq = self.rq
+        out = np.empty(self.out_shape, rq.y_dtype)
+        flat = out.reshape(-1)
+        out32 = flat if rq.mode == 0 else _EMPTY_OUT32
+        out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY_OUT8
+        args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words,
+                read_only(ub), self.need_rowsum, *self.head)
+        driver = gemm_driver(self.path)
+        workers = threads.get_num_threads()
+        if workers == 1 or _FORCE_SERIAL is not None:
+            serial = workers == 1 or bool(_FORCE_SERIAL)
+            call_parallel(driver, *args, 1 if serial else workers, *self.rest, out32, out8, serial=serial)
+            return out
+        # One thread or all, measured per shape as a convolution layer is (threads.SerialOrParallel): a small
+        # product (a classifier head, one token's projection) loses more to waking the workers than it gains. Per
+        # shape, not per weight: a product of two activations (attention's) packs a new B on every call.
+        key = (self.path, self.m_total, self.k, self.n_total, workers)
+        choice = THREAD_CHOICES.get(key)
+        if choice is None:
+            if len(THREAD_CHOICES) >= 256:
+                THREAD_CHOICES.clear()
+            choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
+        serial = choice.next_is_serial()
+        start = time.perf_counter() if choice.serial is None else 0.0
+        call_parallel(driver, *args, 1 if serial else workers, *self.rest, out32, out8, serial=serial)
+        if choice.serial is None:
+            choice.record(serial, time.perf_counter() - start)
         return out
-    # One thread or all, measured per shape as a convolution layer is (threads.SerialOrParallel): a small product
-    # (a classifier head, one token's projection) loses more to waking the workers than it gains. Per shape, not
-    # per weight: a product of two activations (attention's) packs a new B on every call.
-    key = (path, m_total, k, n_total, workers)
-    choice = THREAD_CHOICES.get(key)
-    if choice is None:
-        if len(THREAD_CHOICES) >= 256:
-            THREAD_CHOICES.clear()
-        choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
-    serial = choice.next_is_serial()
-    start = time.perf_counter() if choice.serial is None else 0.0
-    call_parallel(driver, *args, 1 if serial else workers, *rest, serial=serial)
-    if choice.serial is None:
-        choice.record(serial, time.perf_counter() - start)
-    return out

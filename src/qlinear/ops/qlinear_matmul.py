@@ -89,17 +89,29 @@ def _packed(b, zp: np.ndarray):
 class _PreparedMatMul:
     """A 2-D int8/uint8 call's normalised zero points and requantization, kept under the key of its arguments
     (`qa.fingerprint`): a repeated call (inference, the same scales) skips the checks and the set-up, ~70% of a
-    small product's time. b's content is not in the key: the packing cache compares it on every call."""
+    small product's time, and, with the same packed weights, the GEMM's own set-up (its `GemmLaunch`). b's
+    content is not in the key: the packing cache compares it on every call."""
 
     def __init__(self, a_zero_point, b_zero_point, requant):
         self.a_zp = np.ascontiguousarray(np.asarray(a_zero_point).reshape(-1))
         self.b_zp = np.ascontiguousarray(np.asarray(b_zero_point).reshape(-1))
         self.requant = requant
+        self.launch = None  # (integer_gemm.GemmLaunch, the kernel path it was made for): repeated with a new a
 
     def __call__(self, a, b):
         from qlinear.kernels import integer_gemm
 
-        return integer_gemm.gemm(a, self.a_zp, _packed(b, self.b_zp), requant=self.requant)
+        packed = _packed(b, self.b_zp)
+        path = integer_gemm.current_path()
+        kept = self.launch
+        if kept is not None and kept[0].packed is packed and kept[1] == path:
+            return kept[0].run(a)  # a's shape and type are in this object's key
+        launch, result = integer_gemm.gemm_launch(a, self.a_zp, packed, requant=self.requant)
+        if launch is None:
+            return result
+        if launch.reusable:
+            self.launch = (launch, path)
+        return launch.run(a)
 
 
 _PREPARED: dict = {}
