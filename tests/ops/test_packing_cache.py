@@ -116,3 +116,24 @@ def test_threads_calling_with_shared_and_changing_arrays():
     for thread in threads:
         thread.join()
     assert not errors
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 63, 64, 65, 511, 512, 513, 4096 + 3])
+def test_the_byte_comparison_sees_a_change_at_every_position(n):
+    """packing_cache._same (word by word where the array is C-contiguous, in blocks of 64 words with a tail):
+    equal arrays compare equal, and a change of one bit anywhere, in the blocks or the tail, is seen; a
+    non-contiguous array takes numpy.array_equal."""
+    rng = np.random.default_rng(n)
+    w = rng.integers(-128, 128, n, dtype=np.int8)
+    copy = w.copy()
+    assert packing_cache._same(copy, w)
+    for position in sorted({0, n // 2, n - 1} | set(rng.integers(0, n, 8).tolist())):
+        changed = w.copy()
+        changed.view(np.uint8)[position] ^= np.uint8(1 << int(rng.integers(0, 8)))
+        assert not packing_cache._same(copy, changed), position
+    grid = rng.integers(0, 256, (n, 3), dtype=np.uint8)
+    column = grid[:, 1]  # strided
+    assert packing_cache._same(np.ascontiguousarray(column), column)
+    other = column.copy()
+    other[-1] ^= 0x80
+    assert not packing_cache._same(other, column)
