@@ -1204,13 +1204,7 @@ class ConvLaunch:
         choice = self.thread_choices.get(workers)
         if choice is None:
             choice = self.thread_choices.setdefault(workers, ig.threads.SerialOrParallel())
-        serial = choice.next_is_serial()
-        if choice.serial is not None:
-            return self._run(x, serial, workers)
-        start = time.perf_counter()
-        out = self._run(x, serial, workers)
-        choice.record(serial, time.perf_counter() - start)
-        return out
+        return choice.call(lambda serial: self._run(x, serial, workers))
 
     def _run(self, x, serial: bool, workers: int) -> np.ndarray:
         """The call on the calling thread alone (``serial``) or on ``workers`` threads."""

@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -554,10 +553,13 @@ class GemmLaunch:
                 read_only(ub), self.need_rowsum, *self.head)
         driver = gemm_driver(self.path)
         workers = threads.get_num_threads()
-        if workers == 1 or _FORCE_SERIAL is not None:
-            serial = workers == 1 or bool(_FORCE_SERIAL)
+
+        def launch(serial: bool) -> np.ndarray:
             call_parallel(driver, *args, 1 if serial else workers, *self.rest, out32, out8, serial=serial)
             return out
+
+        if workers == 1 or _FORCE_SERIAL is not None:
+            return launch(workers == 1 or bool(_FORCE_SERIAL))
         # One thread or all, measured per shape as a convolution layer is (threads.SerialOrParallel): a small
         # product (a classifier head, one token's projection) loses more to waking the workers than it gains. Per
         # shape, not per weight: a product of two activations (attention's) packs a new B on every call.
@@ -567,9 +569,4 @@ class GemmLaunch:
             if len(THREAD_CHOICES) >= 256:
                 THREAD_CHOICES.clear()
             choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
-        serial = choice.next_is_serial()
-        start = time.perf_counter() if choice.serial is None else 0.0
-        call_parallel(driver, *args, 1 if serial else workers, *self.rest, out32, out8, serial=serial)
-        if choice.serial is None:
-            choice.record(serial, time.perf_counter() - start)
-        return out
+        return choice.call(launch)

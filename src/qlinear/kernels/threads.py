@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 # Measured on this project's VM (a sleeping vCPU takes 50-150 us to wake): float32 -> uint8/int4 QuantizeLinear on
 # 2 threads lost to 1 thread below 1M elements (262K: 109 vs 70 us; 524K: 152 vs 129 us), broke even at 1M
@@ -136,6 +137,17 @@ class SerialOrParallel:
             self.serial_times, self.parallel_times = [], []
             self.serial = None
         return len(self.serial_times) < self.SKIPPED + self.TRIALS
+
+    def call(self, run):
+        """``run(serial)`` on one thread or on all, as `next_is_serial` picks; timed and recorded while the
+        choice is undecided."""
+        serial = self.next_is_serial()
+        if self.serial is not None:
+            return run(serial)
+        start = time.perf_counter()
+        out = run(serial)
+        self.record(serial, time.perf_counter() - start)
+        return out
 
     def record(self, serial: bool, seconds: float) -> None:
         serial_times, parallel_times = self.serial_times, self.parallel_times
