@@ -424,7 +424,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             also = weight_plan.also(samples.samples) if weight_plan is not None else None
             ran = static_quantization.calibrate(static_plan, model.model, static, advance, also,
-                                                folder=model.base if model.external else None)
+                                                folder=model.data_folder)
             if weight_plan is not None and not ran:
                 weight_plan.collector = None  # every activation cached (a --max-drop rerun): a run of their own
         static_plan.float_model = import_onnx().ModelProto()
@@ -487,7 +487,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             with report.progress(count, "comparing layers", unit="samples") as advance:
                 # With external data the float model reads the input's data file, the quantized one the
                 # output's (written beside the temporary model).
-                folders = (model.base if model.external else None,
+                folders = (model.data_folder,
                            temporaries[-1].parent if external is not None else None)
                 layers = static_quantization.per_layer(original_proto, model.model, static_plan, output_names, count,
                                                        advance, folders)
@@ -560,6 +560,12 @@ def quantize_onnx_within(source: Path, output: Path, settings: Settings, measure
     return summary
 
 
+def _not_run(model) -> str:
+    """Why a check that runs the model twice (`CHECK_LIMIT`) was skipped."""
+    return (f"not run to check it: the model holds {model.stored_bytes / 1e9:.2f} GB, and running it twice would "
+            f"take more memory than quantizing it")
+
+
 def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
     """Fold BatchNormalization (and Mul/Add by constants) into the Convs before them, then check that the
     float model still computes what it did (float rounding only), as after an opset conversion. A model with
@@ -573,8 +579,7 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
     if not folded:
         return result
     if model.stored_bytes > CHECK_LIMIT:
-        result["note"] = (f"not run to check it: the model holds {model.stored_bytes / 1e9:.2f} GB, and running it "
-                          f"twice would take more memory than quantizing it")
+        result["note"] = _not_run(model)
         return result
     try:
         with _materialized(model.model, model.base, folder) as after:
@@ -636,9 +641,7 @@ def _check_conversion(source: Path, model, original, feeds, before: int, after: 
     data's first run, or made-up inputs that the original model accepts); refuse the conversion when it
     changed what the model computes."""
     if model.stored_bytes > CHECK_LIMIT:
-        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; not run to check it: "
-                f"the model holds {model.stored_bytes / 1e9:.2f} GB, and running it twice would take more memory "
-                f"than quantizing it"}
+        return {"checked": False, "note": f"{before} -> {after} by onnx's version converter; {_not_run(model)}"}
     candidates = [feeds] if feeds is not None else _made_inputs(original)
     result, failures = None, []
     try:

@@ -120,8 +120,7 @@ class Rounding:
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
                 with report.progress(data.samples, f"collecting {len(group)} layer Hessians{what} on "
                                      f"{data.samples} samples", unit="samples") as advance:
-                    hessians.collect(model.model, group, data, advance,
-                                     folder=model.base if model.external else None)
+                    hessians.collect(model.model, group, data, advance, folder=model.data_folder)
             names = {by_layer[id(layer)] for layer in group}
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}

@@ -96,6 +96,12 @@ class OnnxModel:
         self.found = [_found(c) for c in self.constants.values()]
 
     @property
+    def data_folder(self) -> Path | None:
+        """Where the external data files the model's tensors name are (its folder), or None without them: what a
+        session made from the in-memory model needs to read them."""
+        return self.base if self.external else None
+
+    @property
     def opset(self) -> int:
         return default_opset(self.model)
 
