@@ -34,7 +34,7 @@ from corpus.models import ort_runner, path  # noqa: E402
 MODELS = ("ocr_cls", "ocr_rec", "ocr_det")
 COUNTS = {"ocr_cls": 64, "ocr_rec": 64, "ocr_det": 3}
 VARIANTS = ("qdq-portable", "default", "no-operands", "no-scale-folds", "no-onnxruntime-rewrites", "no-relu-clip-fold",
-            "no-moves", "no-float-input-convs")
+            "no-moves", "no-float-input-convs", "no-float-depthwise-after-input")
 
 
 def calibration(folder: Path, name: str) -> Path:
@@ -58,7 +58,8 @@ def variant(name: str):
     import qlinear.io.placement.onnxruntime as placement
     from qlinear.io.formats import onnx_model
 
-    saved = {key: getattr(placement, key) for key in ("SCALES", "FOLDED", "MOVES", "FEW_CHANNELS")}
+    switches = ("SCALES", "FOLDED", "MOVES", "FEW_CHANNELS", "DEPTHWISE_AFTER_INPUT")
+    saved = {key: getattr(placement, key) for key in switches}
     kind, fold = placement._Graph._kind, onnx_model.OnnxModel.fold_for_static
     try:
         if name == "no-operands":
@@ -76,6 +77,8 @@ def variant(name: str):
             placement.MOVES = frozenset()
         elif name == "no-float-input-convs":
             placement.FEW_CHANNELS = 0
+        elif name == "no-float-depthwise-after-input":
+            placement.DEPTHWISE_AFTER_INPUT = False
         yield
     finally:
         for key, value in saved.items():

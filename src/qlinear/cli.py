@@ -130,7 +130,7 @@ QuantizeLinear -> DequantizeLinear pairs too. --target onnxruntime (default) pla
 onnxruntime's CPU provider fuses them into int8 kernels (Conv, MatMul, Gemm and the Add, Mul, Concat,
 pooling, Sigmoid, Softmax and value-moving operators around them), leaving other operators float
 with one conversion at each edge of a float island, and a convolution that reads a model input of
-at most 4 channels (an image) float; --target qdq-portable puts a pair around every
+at most 4 channels (an image) float, with a depthwise convolution right after it; --target qdq-portable puts a pair around every
 operator a QDQ runtime may fuse (TensorRT, OpenVINO). The report times the float and the quantized
 model in onnxruntime on 1 and 2 threads (--no-latency skips it) and says which nodes its optimized
 graph runs on the codes. A written model that fails onnx.checker's full check where the input

@@ -4,8 +4,8 @@ fuse. The oracle of "onnxruntime runs it in int8" is onnxruntime itself: the gra
 (``SessionOptions.optimized_model_filepath``); of the values, onnxruntime without its fusions and onnx's
 reference evaluator (`qlinear run`) on the written model, and the float model within quantization error.
 
-The model is built here as Paddle exports a MobileNetV3 block: a stem convolution on a 3-channel image,
-convolutions with batch norms and biases as
+The model is built here as Paddle exports a MobileNetV3 block: a stem convolution on a 3-channel image and a
+depthwise one after it, convolutions with batch norms and biases as
 ``Add(x, Reshape(b))``, hard swish as ``x * Clip(x + 3, 0, 6) / 6``, a squeeze-excite block ending in a
 HardSigmoid, a residual Add, pooling, a reshape and a MatMul head with a Softmax output, and a float island (a
 LayerNorm-like Sub/Pow/ReduceMean chain) that onnxruntime has no int8 kernel for."""
@@ -62,8 +62,10 @@ def _block_model(opset: int = 13) -> onnx.ModelProto:
         return out
 
     x = "x"
-    # The stem reads the 3-channel image (float for onnxruntime: placement rule 4), the expansion after it is int8.
-    h = hard_swish(conv(batch_norm(conv(x, "stem", 3, C, 3, bias=False), "stem_bn", C), "expand", C, C, 1), "hs1")
+    # The stem reads the 3-channel image (float for onnxruntime: placement rule 4), the depthwise convolution
+    # after it stays float too (rule 5), the expansion after that is int8.
+    stem = batch_norm(conv(x, "stem", 3, C, 3, bias=False), "stem_bn", C)
+    h = hard_swish(conv(conv(stem, "stem_dw", C, C, 3, group=C, bias=False), "expand", C, C, 1), "hs1")
     d = conv(h, "dw", C, C, 3, group=C)
     r = "dw_relu"
     nodes.append(helper.make_node("Relu", [d], [r], name="dw_relu"))
@@ -153,18 +155,19 @@ def test_onnxruntime_target_runs_every_product_and_its_neighbours_in_int8(target
     # Every Conv but the stem and the MatMul are int8 kernels; so are the hard swishes (QLinearAdd with the
     # quantized 3, the Clip folded into its QuantizeLinear, the /6 into the next DequantizeLinear's scale,
     # QLinearMul), the squeeze-excite gate (its HardSigmoid folded into the Conv as a Clip), the residual Add and
-    # the pools. The stem reads the 3-channel input and stays float (rule 4): one float Conv.
+    # the pools. The stem reads the 3-channel input and stays float (rule 4), and so does the depthwise
+    # convolution that reads its output (rule 5): two float Convs.
     assert ops.get("QLinearConv") == 6 and ops.get("QLinearMatMul", 0) + ops.get("QGemm", 0) == 1, ops
-    assert ops.get("Conv") == 1, ops
+    assert ops.get("Conv") == 2, ops
     assert ops.get("QLinearAdd", 0) >= 2 and ops.get("QLinearMul", 0) >= 2, ops
     assert not {"HardSigmoid", "Div", "Clip", "BatchNormalization", "MatMul"} & set(ops), ops
     # The float island (ReduceMean, Sub, Mul) runs in float between one DequantizeLinear and one QuantizeLinear.
     assert {"ReduceMean", "Sub"} <= set(ops)
     portable = _ops(_optimized(targets["qdq-portable"], tmp_path))
     conversions = ops.get("QuantizeLinear", 0) + ops.get("DequantizeLinear", 0)
-    assert conversions <= 6, ops  # the stem's Q, the island's DQ and Q, the Softmax's DQ
+    assert conversions <= 6, ops  # the depthwise's Q, the island's DQ and Q, the Softmax's DQ
     assert conversions < portable.get("QuantizeLinear", 0) + portable.get("DequantizeLinear", 0), portable
-    assert portable.get("QLinearConv") == 7  # qdq-portable quantizes the stem too
+    assert portable.get("QLinearConv") == 8  # qdq-portable quantizes the stem and the depthwise too
 
 
 def test_the_convolution_of_the_image_input_stays_float_for_onnxruntime(targets, capsys, built, tmp_path):
@@ -175,7 +178,7 @@ def test_the_convolution_of_the_image_input_stays_float_for_onnxruntime(targets,
     stem = next(n for n in model.graph.node if n.name == "stem_conv")
     assert stem.input[0] == "x" and stem.input[1] not in produced or produced[stem.input[1]].op_type == "Constant"
     readers = [n for n in model.graph.node if stem.output[0] in n.input]
-    assert [n.op_type for n in readers] == ["QuantizeLinear"]
+    assert [n.name for n in readers] == ["stem_dw_conv"]  # rule 5: float too, below
     folder, model_path = built
     code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
                                   "-o", tmp_path / "stem.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
@@ -190,7 +193,71 @@ def test_the_convolution_of_the_image_input_stays_float_for_onnxruntime(targets,
     notes = {r["name"]: r["note"] for r in report["tensors"]}
     assert notes["pw_w"].startswith("--keep-float") and "model input" in notes["stem_w"]
     assert sorted(r["name"] for r in report["tensors"] if r["name"].endswith("_w") and not r["quantized"]) \
-        == ["pw_w", "stem_w"]
+        == ["pw_w", "stem_dw_w", "stem_w"]
+
+
+def test_the_depthwise_convolution_after_the_image_convolution_stays_float_for_onnxruntime(targets, capsys, built,
+                                                                                           tmp_path, monkeypatch):
+    """Rule 5: the depthwise convolution that reads the stem's output (through its batch norm, folded) keeps its
+    float weights and runs float; its output is quantized for the expansion, which runs in int8. The report says
+    why; qdq-portable quantizes it; with the rule off only the stem stays float."""
+    import qlinear.io.placement.onnxruntime as placement
+
+    model = onnx.load(str(targets["onnxruntime"]))
+    produced = {o: n for n in model.graph.node for o in n.output}
+    dw = next(n for n in model.graph.node if n.name == "stem_dw_conv")
+    assert dw.input[1] not in produced or produced[dw.input[1]].op_type == "Constant"  # float weights
+    assert produced[dw.input[0]].name == "stem_conv"  # reads the float stem directly
+    assert [n.op_type for n in model.graph.node if dw.output[0] in n.input] == ["QuantizeLinear"]
+    expand = next(n for n in model.graph.node if n.name == "expand_conv")
+    assert produced[expand.input[0]].op_type == "DequantizeLinear"
+    assert produced[expand.input[1]].op_type == "DequantizeLinear"
+    portable = onnx.load(str(targets["qdq-portable"]))
+    produced = {o: n for n in portable.graph.node for o in n.output}
+    assert produced[next(n for n in portable.graph.node if n.name == "stem_dw_conv").input[1]].op_type \
+        == "DequantizeLinear"
+    folder, model_path = built
+    arguments = (model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz", "--no-eval",
+                 "--no-latency", "--report-samples", "0")
+    code, report, err = _quantize(capsys, *arguments, "-o", tmp_path / "dw.onnx")
+    assert code == 0, err
+    notes = {r["name"]: r["note"] for r in report["tensors"] if not r["quantized"]}
+    assert notes["stem_dw_w"].startswith("a depthwise convolution reading the output of the float input "
+                                         "convolution 'stem_conv': "), notes
+    assert sorted(name for name in notes if name.endswith("_w")) == ["stem_dw_w", "stem_w"]
+    monkeypatch.setattr(placement, "DEPTHWISE_AFTER_INPUT", False)
+    code, report, err = _quantize(capsys, *arguments, "-o", tmp_path / "off.onnx")
+    assert code == 0, err
+    assert [r["name"] for r in report["tensors"] if r["name"].endswith("_w") and not r["quantized"]] == ["stem_w"]
+
+
+def _stem_graph(*layers) -> onnx.ModelProto:
+    """x (3 channels) -> the stem Conv -> ``layers`` in a chain: ("dw" | "dense" | "relu" | "maxpool", name)."""
+    inits = [numpy_helper.from_array(np.ones((C, 3, 3, 3), np.float32), "stem_w")]
+    nodes = [helper.make_node("Conv", ["x", "stem_w"], ["t0"], pads=[1] * 4, name="stem")]
+    for k, (kind, name) in enumerate(layers, start=1):
+        if kind in ("dw", "dense"):
+            inits.append(numpy_helper.from_array(np.ones((C, 1 if kind == "dw" else C, 3, 3), np.float32), f"{name}_w"))
+            nodes.append(helper.make_node("Conv", [f"t{k - 1}", f"{name}_w"], [f"t{k}"], pads=[1] * 4,
+                                          group=C if kind == "dw" else 1, name=name))
+        else:
+            nodes.append(helper.make_node("Relu" if kind == "relu" else "MaxPool", [f"t{k - 1}"], [f"t{k}"], name=name,
+                                          **({} if kind == "relu" else {"kernel_shape": [2, 2]})))
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info(f"t{len(layers)}", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("layers, kept", [
+    ((("dw", "dw1"),), ["stem_w", "dw1_w"]),
+    ((("relu", "act"), ("maxpool", "pool"), ("dw", "dw1")), ["stem_w", "dw1_w"]),  # through non-products
+    ((("dw", "dw1"), ("dw", "dw2")), ["stem_w", "dw1_w"]),  # the first product ends the walk
+    ((("dense", "conv1"), ("dw", "dw1")), ["stem_w"]),  # a dense convolution is not rule 5's, nor what follows it
+])
+def test_rule_5_keeps_the_depthwise_convolutions_right_after_the_input_convolution(layers, kept):
+    from qlinear.io.placement.onnxruntime import float_first_layers
+
+    assert list(float_first_layers(_stem_graph(*layers))) == kept
 
 
 def test_float_island_has_one_pair_at_each_edge(targets):
@@ -256,7 +323,7 @@ def test_the_report_says_what_onnxruntime_runs_in_int8(built, capsys, tmp_path):
     assert latency["batch"] == {"x": [8, 3, 32, 32]}  # a batch of the calibration data: the batch axis is free
     nodes = latency["nodes"]
     assert nodes["int8"]["QLinearConv"] == 6 and "Sub" in nodes["float"] and "island_sub" in nodes["float_nodes"]
-    assert nodes["float"]["Conv"] == 1  # the stem (rule 4)
+    assert nodes["float"]["Conv"] == 2  # the stem (rule 4) and the depthwise after it (rule 5)
     code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
                                   "-o", tmp_path / "untimed.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
     assert code == 0 and "latency" not in report["model"]

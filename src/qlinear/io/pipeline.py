@@ -597,12 +597,13 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
 
 def _kept_float(choices: list[Choice], model, static) -> list[Choice]:
     """The weights of the nodes that --keep-float names stay float with their node, and with --target onnxruntime
-    those of the convolutions that read a model input of few channels (`placement.onnxruntime`, rule 4)."""
+    those of the convolutions that read a model input of few channels and of those right after them
+    (`placement.onnxruntime`, rules 4 and 5)."""
     if static is None:
         return choices
     from .placement import kept_nodes
 
-    reasons = (placement_onnxruntime.input_convolutions(model.model) if static.target == "onnxruntime" else {})
+    reasons = (placement_onnxruntime.float_first_layers(model.model) if static.target == "onnxruntime" else {})
     for node in kept_nodes(model.model, static.keep_float) if static.keep_float else ():
         for name in node.input:
             reasons[name] = f"--keep-float {node.name or node.op_type}"
