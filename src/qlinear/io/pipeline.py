@@ -31,6 +31,7 @@ from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused
 from .placement import gather_tables
 from .placement import onnxruntime as placement_onnxruntime
+from .placement.graph import image_stem
 from .plan import Choice, Found, Quantized, Settings, min_opset
 from .quantization import MXQuantized, dequantize_tensor, quantize_mx, quantize_tensor
 from .storage import PackingSink, stored_size, to_storage
@@ -387,7 +388,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
     rules = select.Rules((np.dtype(np.float32), np.dtype(np.float16), np.dtype(dtypes.get("bfloat16").dtype)),
                          min_elements=ONNX_MIN_ELEMENTS,
                          refused_types={"float64": "float64 is not a DequantizeLinear output type"})
-    choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
+    choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
     chosen = [c for c in choices if c.quantized]
     if not chosen and static is None:
         raise UserError(f"{source}: {_nothing_to_quantize(model, choices)}")
@@ -409,12 +410,12 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         original = model.model
         model.raise_opset(needed)
         conversion = _check_conversion(source, model, original, feeds, opset_before, needed, output.parent)
-        choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
+        choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
         chosen = [c for c in choices if c.quantized]
     static_plan = weight_plan = None
     if static is not None:
         folding = _fold(source, model, feeds, static.target == "onnxruntime", output.parent)
-        choices = _kept_float(_choices(model.found, settings, rules, source), model, static)
+        choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
         chosen = [c for c in choices if c.quantized]
         static_plan = static_quantization.plan(model, static, samples,
                                                {c.found.name for c in choices if not c.quantized})
@@ -595,20 +596,40 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
     return result
 
 
-def _kept_float(choices: list[Choice], model, static) -> list[Choice]:
-    """The weights of the nodes that --keep-float names stay float with their node, and with --target onnxruntime
-    those of the convolutions that read a model input of few channels and of those right after them
-    (`placement.onnxruntime`, rules 4 and 5)."""
-    if static is None:
-        return choices
-    from .placement import kept_nodes
+def _kept_float(choices: list[Choice], model, static, settings: Settings) -> list[Choice]:
+    """The weights that stay float besides what --exclude names: those of the nodes --keep-float names, with
+    --target onnxruntime those of an image's first convolutions (`placement.onnxruntime`, rules 4 and 5), and
+    below 8 bits those of an image's first layers (`_coarse_first_layers`)."""
+    reasons = _coarse_first_layers(model, settings)
+    if static is not None:
+        from .placement import kept_nodes
 
-    reasons = (placement_onnxruntime.float_first_layers(model.model) if static.target == "onnxruntime" else {})
-    for node in kept_nodes(model.model, static.keep_float) if static.keep_float else ():
-        for name in node.input:
-            reasons[name] = f"--keep-float {node.name or node.op_type}"
+        if static.target == "onnxruntime":
+            reasons.update(placement_onnxruntime.float_first_layers(model.model))
+        for node in kept_nodes(model.model, static.keep_float) if static.keep_float else ():
+            for name in node.input:
+                reasons[name] = f"--keep-float {node.name or node.op_type}"
     return [Choice(c.found, None, reasons[c.found.name], c.symmetric)
             if c.quantized and c.found.name in reasons and ": " not in c.found.location else c for c in choices]
+
+
+def _coarse_first_layers(model, settings: Settings) -> dict[str, str]:
+    """Weight name -> why it stays float: an image's first convolution and the depthwise ones after it
+    (`placement.graph.image_stem`) where the weight type rounds them coarsely, 4 bits or fewer on a uniform
+    grid (int4, uint4, int2, uint2) or under power-of-two block scales (the MX formats): a few hundred weights
+    whose rounding error every later layer amplifies (BENCHMARKS.md: the recogniser's int4 exact match 84.7-89.3%
+    -> 94.0-97.3% over three calibration sets, float 93.3%). NVFP4's float8 block scales over 16 elements keep
+    them within 30 dB, and keeping them float there measured no better."""
+    qtype, fmt = settings.qtype, settings.mx
+    coarse = qtype.bits <= 4 and (qtype.is_integer if fmt is None else fmt.scale_type.onnx_name == "float8e8m0")
+    if not coarse:
+        return {}
+    reasons = {}
+    for node, _, followers in image_stem(model.model, placement_onnxruntime.FEW_CHANNELS):
+        for conv in (node, *followers):
+            reasons.setdefault(conv.input[1], f"an image's first layers keep float weights at {settings.dtype_name}: "
+                                              f"their rounding error is amplified by every layer after it")
+    return reasons
 
 
 def _nothing_to_quantize(model, choices: list[Choice]) -> str:

@@ -98,3 +98,55 @@ def kept_reasons(model, keep_float: tuple[str, ...]) -> dict[str, str]:
             if name:
                 reasons.setdefault(name, f"--keep-float {node.name if node.name in keep_float else node.op_type}")
     return reasons
+
+
+PRODUCTS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def _groups(node) -> int:
+    return next((a.i for a in node.attribute if a.name == "group"), 1)
+
+
+def image_stem(model, few_channels: int) -> list[tuple[object, int, list]]:
+    """An image's first layers in ``model``'s main graph: each Conv (one group) whose data input is a float model
+    input and whose weight is a stored constant with at most ``few_channels`` input channels, with the depthwise
+    Convs (one input channel per group, a stored weight) that read its output through operators that compute no
+    product (a batch norm, an activation, a constant scale): (the Conv, its input channels, the depthwise Convs)."""
+    from ..formats.onnx_constants import stored_constants
+
+    graph = model.graph
+    constants = stored_constants(graph)
+    inputs = {i.name: i for i in graph.input if i.name not in constants}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    stems = []
+    for node in graph.node:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        source, weight = inputs.get(node.input[0]), constants.get(node.input[1])
+        if source is None or source.type.tensor_type.elem_type != FLOAT or weight is None or _groups(node) != 1 \
+                or len(weight.dims) < 3 or weight.dims[1] > few_channels:
+            continue
+        stems.append((node, weight.dims[1], _depthwise_after(node, readers, constants)))
+    return stems
+
+
+def _depthwise_after(first, readers: dict[str, list], constants) -> list:
+    """The depthwise Convs with a stored weight that read ``first``'s output through operators that compute no
+    product; a product ends the walk on its path."""
+    found, seen, frontier = [], {id(first)}, list(first.output)
+    while frontier:
+        for node in readers.get(frontier.pop(), ()):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type not in PRODUCTS:
+                frontier.extend(node.output)
+                continue
+            weight = constants.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
+            if weight is not None and node.domain in ("", "ai.onnx") and _groups(node) > 1 and len(weight.dims) >= 3 \
+                    and weight.dims[1] == 1:
+                found.append(node)
+    return found

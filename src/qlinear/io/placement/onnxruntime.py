@@ -31,7 +31,7 @@ a conversion to float and back, so a pair per operator makes a model slower than
    (benchmarks/placement_rules.py, AMD EPYC without VNNI: classifier 1.05x -> 1.03x float on 1 thread, 1.22x
    -> 1.15x on 2; detector 0.64x -> 0.62x and 0.70x -> 0.69x; recogniser 0.52x either way).
 5. keeps float, for accuracy, a depthwise convolution that reads such an input convolution's output through
-   operators that compute no product (a batch norm, an activation, a constant scale; `_depthwise_after`), as
+   operators that compute no product (a batch norm, an activation, a constant scale; `graph.image_stem`), as
    MobileNet-like stems have it. Quantization noise that enters there, at the first layers' full resolution,
    is amplified by every layer after it, and a depthwise filter mixes no channels that would average it out:
    in the PP-OCR recogniser's int8 model the activation SQNR falls from 33 dB at the input of its first one (16
@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.onnx_constants import stored_constants
-from .graph import GraphView, kept_nodes, kept_reasons, node_key, node_label
+from .graph import GraphView, image_stem, kept_nodes, kept_reasons, node_key, node_label
 from .pairs import Activation, Operand, Placement, ScaleFold, Skipped
 
 ANCHORS = frozenset({"Conv", "MatMul", "Gemm"})
@@ -222,55 +222,18 @@ class _Graph:
 
 
 def float_first_layers(model) -> dict[str, str]:
-    """Weight name -> why it stays float, for the convolutions rules 4 and 5 keep float: a Conv (one group) whose
-    data input is a float model input and whose weight is a stored constant with at most `FEW_CHANNELS` input
-    channels (rule 4), and the depthwise convolutions that read its output through operators that compute no
-    product (rule 5, while `DEPTHWISE_AFTER_INPUT`)."""
-    graph = model.graph
-    constants = stored_constants(graph)
-    inputs = {i.name: i for i in graph.input if i.name not in constants}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    """Weight name -> why it stays float, for the convolutions rules 4 and 5 keep float: an image's first
+    convolution (a model input of at most `FEW_CHANNELS` channels, `graph.image_stem`) and, while
+    `DEPTHWISE_AFTER_INPUT`, the depthwise convolutions that read its output."""
     kept = {}
-    for node in graph.node:
-        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
-            continue
-        source, weight = inputs.get(node.input[0]), constants.get(node.input[1])
-        if source is None or source.type.tensor_type.elem_type != 1 or weight is None or _groups(node) != 1 \
-                or len(weight.dims) < 3 or weight.dims[1] > FEW_CHANNELS:
-            continue
-        kept[node.input[1]] = (f"reads the model input {node.input[0]} ({weight.dims[1]} channels): onnxruntime's "
+    for node, channels, followers in image_stem(model, FEW_CHANNELS):
+        kept[node.input[1]] = (f"reads the model input {node.input[0]} ({channels} channels): onnxruntime's "
                                f"float convolution is faster there than its int8 one")
-        for follower in _depthwise_after(node, readers, constants) if DEPTHWISE_AFTER_INPUT else ():
+        for follower in followers if DEPTHWISE_AFTER_INPUT else ():
             kept.setdefault(follower.input[1], f"a depthwise convolution reading the output of the float input "
                                                f"convolution {node.name or node.output[0]!r}: quantization noise "
                                                f"this early is amplified by every layer after it")
     return kept
-
-
-def _groups(node) -> int:
-    return next((a.i for a in node.attribute if a.name == "group"), 1)
-
-
-def _depthwise_after(first, readers: dict[str, list], constants) -> list:
-    """The depthwise Convs (one input channel per group, a stored weight) that read ``first``'s output through
-    operators that compute no product; a product (Conv, ConvTranspose, MatMul, Gemm) ends the walk on its path."""
-    found, seen, frontier = [], {id(first)}, list(first.output)
-    while frontier:
-        for node in readers.get(frontier.pop(), ()):
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node.op_type not in ("Conv", "ConvTranspose", "MatMul", "Gemm"):
-                frontier.extend(node.output)
-                continue
-            weight = constants.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
-            if weight is not None and node.domain in ("", "ai.onnx") and _groups(node) > 1 and len(weight.dims) >= 3 \
-                    and weight.dims[1] == 1:
-                found.append(node)
-    return found
 
 
 def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | None = None, arrays=None) -> Placement:
