@@ -1,7 +1,7 @@
-"""Below 8 bits, an image's first layers keep float weights where the weight type rounds them coarsely: the
-convolution reading the 3-channel input and the depthwise convolution after it (`placement.graph.image_stem`)
-stay float under int4, uint4, int2 and the MX formats (power-of-two block scales), and are quantized under
-NVFP4 and every type of 8 bits or more. The dense convolution after them is quantized in every case; the
+"""Under integer weight types of 4 bits or fewer, an image's first layers keep float weights: the convolution
+reading the 3-channel input and the depthwise convolution after it (`placement.graph.image_stem`) stay float
+under int4, uint4 and int2, and are quantized under the 4-bit float formats (MXFP4, NVFP4) and every type of 8
+bits or more. The dense convolution after them is quantized in every case; the
 written model runs in onnxruntime, and its kept weights are the float model's, bit for bit."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def source(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype, kept", [
-    ("int4", True), ("uint4", True), ("int2", True), ("mxfp4", True), ("mxfp6_e2m3", False), ("nvfp4", False),
+    ("int4", True), ("uint4", True), ("int2", True), ("mxfp4", False), ("nvfp4", False), ("float4e2m1", False),
     ("int8", False), ("float8e4m3fn", False),
 ])
 def test_first_layers_keep_float_weights_where_the_type_rounds_coarsely(source, tmp_path, capsys, dtype, kept):

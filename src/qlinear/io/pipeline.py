@@ -615,14 +615,13 @@ def _kept_float(choices: list[Choice], model, static, settings: Settings) -> lis
 
 def _coarse_first_layers(model, settings: Settings) -> dict[str, str]:
     """Weight name -> why it stays float: an image's first convolution and the depthwise ones after it
-    (`placement.graph.image_stem`) where the weight type rounds them coarsely, 4 bits or fewer on a uniform
-    grid (int4, uint4, int2, uint2) or under power-of-two block scales (the MX formats): a few hundred weights
-    whose rounding error every later layer amplifies (BENCHMARKS.md: the recogniser's int4 exact match 84.7-89.3%
-    -> 94.0-97.3% over three calibration sets, float 93.3%). NVFP4's float8 block scales over 16 elements keep
-    them within 30 dB, and keeping them float there measured no better."""
-    qtype, fmt = settings.qtype, settings.mx
-    coarse = qtype.bits <= 4 and (qtype.is_integer if fmt is None else fmt.scale_type.onnx_name == "float8e8m0")
-    if not coarse:
+    (`placement.graph.image_stem`) under integer weight types of 4 bits or fewer (int4, uint4, int2, uint2),
+    whose uniform grid of at most 16 levels rounds a few hundred weights coarsely, an error every later layer
+    amplifies (BENCHMARKS.md: the recogniser's int4 gptq exact match 84.7-89.3% -> 94.0-97.3% over three
+    calibration sets, float 93.3%). The 4-bit float formats keep them quantized: with them float the detector's
+    MXFP4 map fell from 0.949 to 0.847 and the recogniser's NVFP4 exact match measured no better."""
+    qtype = settings.qtype
+    if settings.mx is not None or not qtype.is_integer or qtype.bits > 4:
         return {}
     reasons = {}
     for node, _, followers in image_stem(model.model, placement_onnxruntime.FEW_CHANNELS):
