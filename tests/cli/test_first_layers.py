@@ -71,3 +71,16 @@ def test_first_layers_keep_float_weights_where_the_type_rounds_coarsely(source, 
         options.log_severity_level = 3
         y = ort.InferenceSession(str(output), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
         assert y.shape == (1, C, 8, 8) and np.isfinite(y).all()
+
+
+def test_a_model_of_only_its_first_layers_is_quantized(tmp_path, capsys):
+    """No layer after them amplifies their rounding: a lone image convolution at int4 is quantized."""
+    model = _stem_model()
+    del model.graph.node[1:]
+    model.graph.output[0].name = "s"
+    del model.graph.initializer[1:]
+    source, output = tmp_path / "lone.onnx", tmp_path / "lone.int4.onnx"
+    onnx.save(model, str(source))
+    assert main(["quantize", str(source), "--dtype", "int4", "-o", str(output), "--no-eval", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    assert rows["stem_w"]["quantized"]

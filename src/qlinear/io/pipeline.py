@@ -601,6 +601,8 @@ def _kept_float(choices: list[Choice], model, static, settings: Settings) -> lis
     --target onnxruntime those of an image's first convolutions (`placement.onnxruntime`, rules 4 and 5), and
     below 8 bits those of an image's first layers (`_coarse_first_layers`)."""
     reasons = _coarse_first_layers(model, settings)
+    if all(c.found.name in reasons for c in choices if c.quantized):
+        reasons = {}  # the model is its first layers: no layer after them amplifies their rounding
     if static is not None:
         from .placement import kept_nodes
 
