@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..formats.onnx_constants import attributes, stored_constants
+
 FLOAT = 1  # TensorProto.FLOAT
 _GRAPH_ATTRIBUTES = (5, 10)  # AttributeProto.GRAPH, GRAPHS
 
@@ -67,11 +69,7 @@ class GraphView:
         self.outputs = {o.name for o in graph.output}
         self.inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
         self.producers = {o: node for node in graph.node for o in node.output if o}
-        self.readers = {}
-        for node in graph.node:
-            for name in node.input:
-                if name:
-                    self.readers.setdefault(name, []).append(node)
+        self.readers = readers_of(graph)
 
     @property
     def nodes(self) -> list:
@@ -103,8 +101,14 @@ def kept_reasons(model, keep_float: tuple[str, ...]) -> dict[str, str]:
 PRODUCTS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
-def _groups(node) -> int:
-    return next((a.i for a in node.attribute if a.name == "group"), 1)
+def readers_of(graph) -> dict[str, list]:
+    """Tensor name -> the nodes of ``graph`` that read it, in graph order."""
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(node)
+    return readers
 
 
 def image_stem(model, few_channels: int) -> list[tuple[object, int, list]]:
@@ -112,22 +116,17 @@ def image_stem(model, few_channels: int) -> list[tuple[object, int, list]]:
     input and whose weight is a stored constant with at most ``few_channels`` input channels, with the depthwise
     Convs (one input channel per group, a stored weight) that read its output through operators that compute no
     product (a batch norm, an activation, a constant scale): (the Conv, its input channels, the depthwise Convs)."""
-    from ..formats.onnx_constants import stored_constants
-
     graph = model.graph
     constants = stored_constants(graph)
     inputs = {i.name: i for i in graph.input if i.name not in constants}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = readers_of(graph)
     stems = []
     for node in graph.node:
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             continue
         source, weight = inputs.get(node.input[0]), constants.get(node.input[1])
-        if source is None or source.type.tensor_type.elem_type != FLOAT or weight is None or _groups(node) != 1 \
-                or len(weight.dims) < 3 or weight.dims[1] > few_channels:
+        if source is None or source.type.tensor_type.elem_type != FLOAT or weight is None \
+                or attributes(node).get("group", 1) != 1 or len(weight.dims) < 3 or weight.dims[1] > few_channels:
             continue
         stems.append((node, weight.dims[1], _depthwise_after(node, readers, constants)))
     return stems
@@ -146,7 +145,7 @@ def _depthwise_after(first, readers: dict[str, list], constants) -> list:
                 frontier.extend(node.output)
                 continue
             weight = constants.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
-            if weight is not None and node.domain in ("", "ai.onnx") and _groups(node) > 1 and len(weight.dims) >= 3 \
-                    and weight.dims[1] == 1:
+            if weight is not None and node.domain in ("", "ai.onnx") and attributes(node).get("group", 1) > 1 \
+                    and len(weight.dims) >= 3 and weight.dims[1] == 1:
                 found.append(node)
     return found
