@@ -35,8 +35,9 @@ def test_cast_equals_ml_dtypes():
     assert bad.size == 0, f"{bad.size} mismatches, first float32 {x.view(np.uint32)[bad[0]]:#010x}"
 
 
-def test_cast_large_split_between_threads_and_shapes_kept():
-    n = threads.SERIAL_BELOW * 3 + 5
+def test_cast_large_split_between_threads_and_shapes_kept(monkeypatch):
+    monkeypatch.setattr(threads, "SPLIT_ALWAYS", True)
+    n = 3 * (1 << 20) + 5
     x = (np.random.default_rng(6).standard_normal(n) * 1e3).astype(np.float32).reshape(-1, 1)[:n - 5].reshape(-1, 2)
     got = bfloat16.cast(x, ml_dtypes.bfloat16)
     assert got.shape == x.shape

@@ -407,9 +407,10 @@ def test_public_functions_use_the_kernels_along_any_axis(name):
             _assert_same(y, yr, f"{name} dequantize axis {axis}")
 
 
-def test_threads_split_large_inputs_alike():
-    """Above threads.SERIAL_BELOW the rows are split between threads: the same bytes as one thread."""
-    n = threads.SERIAL_BELOW * 2
+def test_threads_split_large_inputs_alike(monkeypatch):
+    """Rows split between threads give the same bytes as one thread."""
+    monkeypatch.setattr(threads, "SPLIT_ALWAYS", True)
+    n = 1 << 21
     x = np.random.default_rng(23).standard_normal((n // 96, 96)).astype(F32)
     x[::1000, 5] = np.inf
     finite = np.where(np.isinf(x), F32(7), x)  # Model Optimizer's tensor scale from an Inf is Inf: the reference's
@@ -430,13 +431,14 @@ def test_threads_split_large_inputs_alike():
             _assert_same(a, b, f"{name}: 2 threads vs 1")
 
 
-def test_concurrent_calls_from_python_threads():
+def test_concurrent_calls_from_python_threads(monkeypatch):
     """Calls from several Python threads at once (dask does this) give each caller its own bytes: the kernels run
-    through threads.run_chunked (nogil serial kernels, no numba threading layer)."""
+    through threads.run_chunked (nogil serial kernels, no numba threading layer), each split between threads."""
     from concurrent.futures import ThreadPoolExecutor
 
+    monkeypatch.setattr(threads, "SPLIT_ALWAYS", True)
     rng = np.random.default_rng(24)
-    xs = [rng.standard_normal((threads.SERIAL_BELOW // 256 + 3, 256)).astype(F32) * F32(2.0 ** (8 * i))
+    xs = [rng.standard_normal(((1 << 20) // 256 + 3, 256)).astype(F32) * F32(2.0 ** (8 * i))
           for i in range(4)]
     fmt = ref.FORMATS["mxfp8_e4m3"]
     alone = [km.quantize_mx(x, fmt, "ceil") for x in xs] + [km.quantize_nvfp4(x) for x in xs]

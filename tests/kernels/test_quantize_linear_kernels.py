@@ -120,7 +120,7 @@ def _both(fn, parallel: bool, *args, **kwargs):
         m.setattr(ops.reference, "quantize_linear", _fail)
         m.setattr(ops.reference, "dequantize_linear", _fail)
         if parallel:
-            m.setattr(threads, "SERIAL_BELOW", 0)
+            m.setattr(threads, "SPLIT_ALWAYS", True)
         with kernels.use_kernels(True), np.errstate(all="ignore"):
             fast = fn(*args, **kwargs)
     with kernels.use_kernels(False), np.errstate(all="ignore"):
@@ -484,7 +484,7 @@ def _check_out(fn, kernels_on: bool, expected_dtype, *args, **kwargs):
         if kernels_on:
             m.setattr(ops.reference, "quantize_linear", _fail)
             m.setattr(ops.reference, "dequantize_linear", _fail)
-            m.setattr(threads, "SERIAL_BELOW", 0)
+            m.setattr(threads, "SPLIT_ALWAYS", True)
         with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
             expected = fn(*args, **kwargs)
             assert expected.dtype == np.dtype(expected_dtype)

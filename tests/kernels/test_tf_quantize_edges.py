@@ -83,7 +83,7 @@ def _compare(monkeypatch, fn, *args, **kwargs):
             m.setattr(tf_api._ref, "dequantize", _fail)
             with kernels.use_kernels(True):
                 serial = fn(*args, **kwargs)
-                m.setattr(threads, "SERIAL_BELOW", 0)
+                m.setattr(threads, "SPLIT_ALWAYS", True)
                 split = fn(*args, **kwargs)
     if not isinstance(slow, tuple):
         slow, serial, split = (slow,), (serial,), (split,)
@@ -161,9 +161,10 @@ def test_dequantize_edges(monkeypatch, T, mode, narrow):
 
 @pytest.mark.parametrize("mode,round_mode", MODES)
 def test_large_edges_on_threads(monkeypatch, mode, round_mode):
-    """Above the real serial threshold, with special values scattered through every chunk."""
+    """Large inputs (the default decides whether to split them; `_compare` then forces a split), with special values
+    scattered through every chunk."""
     rng = np.random.default_rng(5)
-    n = 3 * max(threads.SERIAL_BELOW, 1 << 16) + 7
+    n = 3 * (1 << 20) + 7
     x = (rng.standard_normal(n) * 4).astype(np.float32)
     x[rng.integers(0, n, 2000)] = rng.choice(SPECIAL, 2000)
     for T in TYPES:

@@ -41,7 +41,7 @@ def _both(fn, parallel, *args, **kwargs):
         m.setattr(tf_api._ref, "quantize_v2", _fail)
         m.setattr(tf_api._ref, "dequantize", _fail)
         if parallel:
-            m.setattr(threads, "SERIAL_BELOW", 0)
+            m.setattr(threads, "SPLIT_ALWAYS", True)
         with kernels.use_kernels(True), np.errstate(all="ignore"):
             fast = fn(*args, **kwargs)
     with kernels.use_kernels(False), np.errstate(all="ignore"):
@@ -148,7 +148,7 @@ def _check_out(fn, kernels_on, *args, **kwargs):
         if kernels_on:
             m.setattr(tf_api._ref, "quantize_v2", _fail)
             m.setattr(tf_api._ref, "dequantize", _fail)
-            m.setattr(threads, "SERIAL_BELOW", 0)
+            m.setattr(threads, "SPLIT_ALWAYS", True)
         with kernels.use_kernels(kernels_on), np.errstate(all="ignore"):
             expected = fn(*args, **kwargs)
             first = expected[0] if isinstance(expected, tuple) else expected

@@ -12,8 +12,11 @@
   (its task is cancelled), so on a machine whose cores are busy a call degrades to the single-thread
   time instead of waiting a scheduler tick for a barrier, as a numba ``prange`` does; and no numba
   threading layer is involved, so concurrent calls are safe under any layer.
-- `SERIAL_BELOW`: calls smaller than this run on the calling thread only (waking a helper costs 50-150
-  microseconds on a virtual machine, more than the whole call).
+- Whether a call of `run_chunked` wakes helpers at all is decided per call by measurement on the machine at hand:
+  the kernel's time per element on one thread (learned from its own calls: the first call of a kernel times its
+  first chunk before it decides for the rest) times the call's elements, against what waking the helpers costs
+  (`pool_wake_cost`, measured at first use). Waking a helper costs 50-150 microseconds on the virtual machines
+  measured here, more than many whole calls; no size threshold fixed in advance holds on every CPU.
 
 Nothing here imports numba until a kernel runs, so `import qlinear` stays cheap.
 """
@@ -24,11 +27,11 @@ import itertools
 import threading
 import time
 
-# Measured on this project's VM (a sleeping vCPU takes 50-150 us to wake): float32 -> uint8/int4 QuantizeLinear on
-# 2 threads lost to 1 thread below 1M elements (262K: 109 vs 70 us; 524K: 152 vs 129 us), broke even at 1M
-# and won from 2M (382 vs 512 us).
-SERIAL_BELOW = 1 << 20
 _CHUNK_MIN = 1 << 18  # elements per chunk at least: a kernel call from Python costs ~10 us
+SPLIT_ALWAYS = False  # tests: split every call of 2+ items between the threads, to check the seams of the chunks
+_rates: dict = {}  # kernel -> the least seconds per element seen on one thread (learned from its own calls)
+_RATES_KEPT = 256  # kernels whose rate is remembered (a caller that makes a new kernel per call must not grow it)
+_pool_wake: float | None = None
 
 _num_threads: int | None = None  # None: numba's default (all cores or NUMBA_NUM_THREADS)
 _lock = threading.Lock()
@@ -200,35 +203,108 @@ def _helpers():
     return _pool
 
 
-def run_chunked(fn, n: int, *args, item_size: int = 1) -> None:
-    """Run ``fn(*args, start, stop)`` over ``[0, n)`` on `get_num_threads()` threads, the caller included.
+def _nothing():
+    return None
 
-    ``item_size`` is the number of elements one unit of ``[0, n)`` stands for (a row, say)."""
-    elements = n * item_size
-    # the size tests first: small calls (the common case) need not look up the thread count
-    if elements < SERIAL_BELOW or n < 2:
+
+def pool_wake_cost() -> float:
+    """Seconds from handing a sleeping helper thread an empty task to seeing it done: the median of 9, each after
+    the helper slept a millisecond, measured at first use in this process (about 10 ms, once)."""
+    global _pool_wake
+    if _pool_wake is None:
+        pool = _helpers()
+        pool.submit(_nothing).result()  # the first task starts the thread
+        times = []
+        for _ in range(9):
+            time.sleep(0.001)
+            start = time.perf_counter()
+            pool.submit(_nothing).result()
+            times.append(time.perf_counter() - start)
+        _pool_wake = sorted(times)[len(times) // 2]
+    return _pool_wake
+
+
+def _worth_waking(seconds: float, workers: int) -> bool:
+    """Whether work of ``seconds`` on one thread pays for waking the helpers of ``workers`` threads: they cut it to
+    ``seconds / workers`` at best, which must save more than the wake costs. (The wake cost measured is a round
+    trip, which the caller's wait for the last chunk also pays. Here the element-wise kernels scaled 1.07-1.12x
+    short of ideal on 2 threads, so the break-even this gives, about 1M elements at a 76-118 us wake, is where a
+    sweep of sizes found it.)"""
+    return seconds * (workers - 1) / workers > pool_wake_cost()
+
+
+def _timed(fn, args, start: int, stop: int, item_size: int) -> None:
+    """``fn(*args, start, stop)`` on the calling thread, its time per element kept as the kernel's rate."""
+    began = time.perf_counter()
+    fn(*args, start, stop)
+    rate = (time.perf_counter() - began) / ((stop - start) * item_size)
+    known = _rates.get(fn)
+    if known is None and len(_rates) >= _RATES_KEPT:
+        _rates.clear()
+    _rates[fn] = rate if known is None else min(known, rate)
+
+
+def run_chunked(fn, n: int, *args, item_size: int = 1) -> None:
+    """Run ``fn(*args, start, stop)`` over ``[0, n)`` on the calling thread, or split into chunks between it and up
+    to ``get_num_threads() - 1`` helpers where the work pays for waking them (see the module's notes).
+
+    ``item_size`` is the number of elements one unit of ``[0, n)`` stands for (a row, say). ``fn`` is the same
+    object for every call of one kernel: its rate is remembered under it."""
+    if n < 2:
         fn(*args, 0, n)  # Python ints: numba types them as int64, as it does np.int64 scalars
         return
-    import numpy as np
-
     workers = get_num_threads()
     if workers == 1:
-        fn(*args, np.int64(0), np.int64(n))
+        fn(*args, 0, n)
         return
-    chunks = int(min(n, max(workers, min(4 * workers, elements // _CHUNK_MIN))))
+    elements = n * item_size
+    rate = _rates.get(fn)
+    if not SPLIT_ALWAYS and rate is not None:
+        seconds = rate * elements
+        if seconds < 0.25 * pool_wake_cost():  # far from paying: no timing either (a few us on small calls)
+            fn(*args, 0, n)
+            return
+        if not _worth_waking(seconds, workers):  # near the break-even: timed, to keep the rate learned
+            _timed(fn, args, 0, n, item_size)
+            return
+    low = 0
+    if rate is None and not SPLIT_ALWAYS:
+        # The kernel's first call: a first chunk, timed on this thread, tells whether the rest pays for waking.
+        low = n // _chunks(n, elements, workers)
+        _timed(fn, args, 0, low, item_size)
+        if not _worth_waking(_rates[fn] * (n - low) * item_size, workers):
+            fn(*args, low, n)
+            return
+    _split(fn, args, low, n, item_size, workers)
+
+
+def _chunks(n: int, elements: int, workers: int) -> int:
+    return int(min(n, max(workers, min(4 * workers, elements // _CHUNK_MIN))))
+
+
+def _split(fn, args, low: int, high: int, item_size: int, workers: int) -> None:
+    """``[low, high)`` in chunks claimed by the calling thread and ``workers - 1`` helpers."""
+    import numpy as np
+
+    n = high - low
+    chunks = _chunks(n, n * item_size, workers)
     claim = itertools.count()  # next() on a count is atomic under the GIL
 
-    def work():
+    def work(timed=False):
         while True:
             c = next(claim)
             if c >= chunks:
                 return
-            fn(*args, np.int64(c * n // chunks), np.int64((c + 1) * n // chunks))
+            start, stop = np.int64(low + c * n // chunks), np.int64(low + (c + 1) * n // chunks)
+            if timed:  # the caller's chunks keep the rate learned (an early small call overstates it)
+                _timed(fn, args, start, stop, item_size)
+            else:
+                fn(*args, start, stop)
 
     pool = _helpers()
     tasks = [pool.submit(work) for _ in range(workers - 1)]
     try:
-        work()
+        work(timed=not SPLIT_ALWAYS)
     finally:
         for task in tasks:
             if not task.cancel():  # started: it may hold a chunk; wait for it
