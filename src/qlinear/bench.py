@@ -285,8 +285,8 @@ def _probe_kernels():
 
 
 def _bandwidth_probe(in_bytes: int, out_bytes: int, repeat: int) -> tuple[float, float]:
-    """Best times of two memory-bound stand-ins for a case, with every core (`threads.run_chunked`, the
-    kernels' own threading):
+    """Best times of two memory-bound stand-ins for a case, threaded as the kernels are (`threads.run_chunked`:
+    every core where waking them pays):
 
     - fresh: read ``in_bytes``, write ``out_bytes`` into a newly allocated array, as an operator that
       returns a new array must (the OS hands out zeroed pages: for outputs above glibc's 32 MB mmap
