@@ -29,7 +29,7 @@ from .extras import import_onnx
 from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused
-from .placement import gather_tables
+from .placement import Skipped, gather_tables
 from .placement import onnxruntime as placement_onnxruntime
 from .placement.graph import image_stem
 from .plan import Choice, Found, Quantized, Settings, min_opset
@@ -428,6 +428,19 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                                                 folder=model.data_folder)
             if weight_plan is not None and not ran:
                 weight_plan.collector = None  # every activation cached (a --max-drop rerun): a run of their own
+        sentinels = static_quantization.sentinel_holders(static_plan, model.model)
+        if sentinels:  # placed again with those nodes float; their statistics are cached
+            static = replace(static, keep_float=static.keep_float + tuple(k for k in sentinels
+                                                                          if k not in static.keep_float))
+            static_plan = static_quantization.plan(model, static, samples,
+                                                   {c.found.name for c in choices if not c.quantized})
+            static_plan.folding = folding
+            with report.progress(samples.samples, "calibrating what the re-placement added", unit="samples") \
+                    as advance:
+                static_quantization.calibrate(static_plan, model.model, static, advance, folder=model.data_folder)
+            reasons = dict(sentinels.values())
+            skipped = [s for s in static_plan.placed.skipped if s.name not in reasons]
+            static_plan.placed.skipped = [Skipped(name, why) for name, why in reasons.items()] + skipped
         static_plan.float_model = import_onnx().ModelProto()
         static_plan.float_model.CopyFrom(model.model)
     outcomes = {}

@@ -31,6 +31,10 @@ from .formats import onnx_activations
 from .plan import Choice, Quantized, Stats, min_opset
 
 METHODS = ("minmax", "percentile", "entropy", "mse")
+# Finite values this large are sentinels, not signal: the float minimum (-3.4e38) that an exported transformer's
+# attention mask adds to the scores of padding, so that Softmax gives them 0. A range that holds one quantizes
+# everything else to a single level (paraphrase-MiniLM-L3: retrieval 0.98 -> 0.26); such a tensor stays float.
+SENTINEL = 1e30
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,30 @@ def calibrate(plan_: Plan, model_ref, static: StaticSettings, progress=None, als
             for key in ("parameters", "ranges", "observed"):
                 getattr(plan_, key)[activation.name] = getattr(plan_, key)[activation.tie]
     return bool(missing)
+
+
+def sentinel_holders(plan_: Plan, model) -> dict[str, tuple[str, str]]:
+    """Node key -> (the tensor, why it stays float): the producers of the calibrated tensors that held a value of magnitude
+    `SENTINEL` or more (the readers, for a model input), so that a re-placement with them kept float leaves
+    those tensors float."""
+    from .placement.graph import node_key, readers_of
+
+    graph = model.graph
+    producers = {o: node for node in graph.node for o in node.output if o}
+    readers = None
+    found: dict[str, tuple[str, str]] = {}
+    for name, (low, high) in plan_.observed.items():
+        if max(abs(low), abs(high)) < SENTINEL:
+            continue
+        why = (f"{name!r} holds {low if abs(low) >= SENTINEL else high:.3g} (a sentinel such as an attention "
+               f"mask's float minimum): no quantized range can hold it and the rest, so it stays float")
+        if name in producers:
+            found.setdefault(node_key(producers[name]), (name, why))
+            continue
+        readers = readers if readers is not None else readers_of(graph)
+        for node in readers.get(name, ()):
+            found.setdefault(node_key(node), (name, why))
+    return found
 
 
 def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray]) -> list[dict]:
