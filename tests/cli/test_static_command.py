@@ -132,7 +132,8 @@ def test_keep_float_and_max_drop(tmp_path, capsys, calibration):
     assert all(n.op_type != "QuantizeLinear" or not any(
         r.op_type == "MatMul" for r in model.graph.node if n.output[0] in r.input) for n in model.graph.node)
     assert not any(r["quantized"] for r in report["tensors"] if r["name"].endswith(".weight"))
-    # --max-drop 0: layers are kept float, worst first, until the held-out accuracy is float's (or none is left)
+    # --max-drop 0: layers are kept float, the costliest to the outputs first, until the held-out accuracy is
+    # float's (or none is left); each layer's effect alone on the outputs is in the report
     code, report, err = _quantize(capsys, EXAMPLE, "--dtype", "int4", "--calibrate", calibration, "--eval", EVAL,
                                   "--max-drop", "0", "--activations", "int8", "-o", tmp_path / "budget.onnx")
     assert code == 0, err
@@ -141,6 +142,8 @@ def test_keep_float_and_max_drop(tmp_path, capsys, calibration):
     assert search["budget"] == 0 and search["history"][-1]["quantized"] == accuracy["quantized"]
     assert search["met"] == (accuracy["quantized"] >= accuracy["float"])
     assert [len(step["kept"]) for step in search["history"]] == list(range(len(search["history"])))
+    layers = report["activations"]["per_layer"]["layers"]
+    assert layers and all(isinstance(layer["output_sqnr_db"], float) for layer in layers)
     if search["kept"]:
         kept = onnx.load(str(tmp_path / "budget.onnx"))
         names = {n.name for n in kept.graph.node}

@@ -47,11 +47,13 @@ class StaticSettings:
     symmetric: bool = False
     keep_float: tuple[str, ...] = ()
     report_samples: int | None = None  # samples the per-layer SQNR is measured on (None: `report_count`)
-    max_drop: float | None = None  # points of the task figure: keep the worst layers float until within
+    max_drop: float | None = None  # points of the task figure: keep the costliest layers float until within
     target: str = placement.DEFAULT_TARGET  # the runtime the pairs are placed for (`placement.TARGETS`)
     latency: bool = True  # measure the float and the quantized model in onnxruntime (`latency`)
     # Calibration results by tensor name, shared by the runs of a --max-drop search (which only drop tensors).
     cache: dict = field(default_factory=dict, compare=False, hash=False)
+    # Tensor name -> the outputs' SQNR with only that tensor quantized (`sensitivity`): --max-drop's order.
+    sensitivity: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def qtype(self):
@@ -253,6 +255,30 @@ def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], co
     outputs = [{"output": name, "sqnr_db": agreements[name].sqnr_db, "max_abs_error": agreements[name].max_abs_error}
                for name in output_names]
     return {"samples": count, "layers": layers, "outputs": outputs}
+
+
+SENSITIVITY_SAMPLES = 8  # samples each tensor's solo effect on the outputs is measured on, at most
+
+
+def output_sensitivity(float_model, plan_: Plan, static: StaticSettings, folder=None) -> dict[str, float]:
+    """Each quantized activation's effect alone on the float model's outputs (`sensitivity.output_sqnr`), on the
+    first `SENSITIVITY_SAMPLES` samples; cached in ``static.sensitivity`` for the runs of a --max-drop search
+    (empty where onnxruntime cannot run the switched model: the order falls back to each tensor's own SQNR)."""
+    if not static.sensitivity:
+        from . import sensitivity
+
+        names = [a.name for a in plan_.activations if a.producer]
+        feeds = []
+        for sample in plan_.data:
+            feeds.append(sample)
+            if len(feeds) >= SENSITIVITY_SAMPLES:
+                break
+        try:
+            static.sensitivity.update(sensitivity.output_sqnr(float_model, {n: plan_.parameters[n] for n in names},
+                                                              feeds, folder))
+        except Exception:  # noqa: BLE001 (onnxruntime's errors: e.g. a float16 tensor the switch cannot take)
+            static.sensitivity["__unavailable__"] = math.nan
+    return {k: v for k, v in static.sensitivity.items() if k != "__unavailable__"}
 
 
 def activation_rows(plan_: Plan, static: StaticSettings) -> list[dict]:
