@@ -174,22 +174,26 @@ def launch_cost() -> float:
     for milliseconds, which oversubscribed cores make cost milliseconds instead.)"""
     global _launch_cost
     if _launch_cost is None:
-        import time
-
         import numpy as np
 
         from ._parallel_probe import empty_region
 
         out = np.zeros(max(2, get_num_threads()), np.int64)
-        call_parallel(empty_region, out)
-        times = []
-        for _ in range(15):
-            time.sleep(0.001)
-            start = time.perf_counter()
-            call_parallel(empty_region, out)
-            times.append(time.perf_counter() - start)
-        _launch_cost = sorted(times)[len(times) // 2]
+        _launch_cost = _median_after_sleep(lambda: call_parallel(empty_region, out), 15)
     return _launch_cost
+
+
+def _median_after_sleep(call, runs: int) -> float:
+    """The median seconds of ``call()`` over ``runs`` runs, each after the caller slept a millisecond (so that the
+    threads it wakes sleep too), after one run that starts them."""
+    call()
+    times = []
+    for _ in range(runs):
+        time.sleep(0.001)
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def _helpers():
@@ -213,14 +217,7 @@ def pool_wake_cost() -> float:
     global _pool_wake
     if _pool_wake is None:
         pool = _helpers()
-        pool.submit(_nothing).result()  # the first task starts the thread
-        times = []
-        for _ in range(9):
-            time.sleep(0.001)
-            start = time.perf_counter()
-            pool.submit(_nothing).result()
-            times.append(time.perf_counter() - start)
-        _pool_wake = sorted(times)[len(times) // 2]
+        _pool_wake = _median_after_sleep(lambda: pool.submit(_nothing).result(), 9)
     return _pool_wake
 
 
