@@ -28,7 +28,7 @@ from .errors import UserError
 from .extras import import_onnx
 from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
-from .formats.onnx_constants import prune_unused
+from .formats.onnx_constants import prune_unused, stored_constants
 from .placement import Skipped, gather_tables
 from .placement import onnxruntime as placement_onnxruntime
 from .placement.graph import image_stem
@@ -632,34 +632,23 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
 
 
 def _ulp_yardstick(model, feeds) -> float:
-    """How far one ulp of noise on every float32 weight of ``model`` (tensors of 2 or more dimensions, initializers
-    and Constant nodes; each nonzero value moved one step up or down, by a fixed seed) moves its outputs on ``feeds``: the model's own amplification of float
-    rounding, against which a fold's rounding is judged."""
+    """How far one ulp of noise on every float32 weight of ``model`` (stored tensors of 2 or more dimensions,
+    initializers and Constant nodes; each nonzero value moved one step up or down, by a fixed seed) moves its
+    outputs on ``feeds``: the model's own amplification of float rounding, against which a fold's is judged."""
     from onnx import numpy_helper
 
     noisy = type(model)()
     noisy.CopyFrom(model)
     rng = np.random.default_rng(0)
 
-    def nudged(tensor):
-        values = numpy_helper.to_array(tensor)
-        if values.dtype != np.float32 or values.ndim < 2:  # weights only: not bounds, scalars or shapes
-            return None
+    for tensor in stored_constants(noisy.graph).values():  # the graph's own TensorProtos: changed in place
+        values = numpy_helper.to_array(tensor) if tensor is not None else None
+        if values is None or values.dtype != np.float32 or values.ndim < 2:  # weights only: not bounds or shapes
+            continue
         up = rng.integers(0, 2, values.shape, dtype=bool)
         moved = np.where(up, np.nextafter(values, np.float32(np.inf)), np.nextafter(values, np.float32(-np.inf)))
         moved = np.where(np.isfinite(moved) & (values != 0), moved, values)
-        return numpy_helper.from_array(moved.astype(np.float32), tensor.name)
-
-    for k, tensor in enumerate(noisy.graph.initializer):
-        new = nudged(tensor)
-        if new is not None:
-            noisy.graph.initializer[k].CopyFrom(new)
-    for node in noisy.graph.node:
-        for attribute in node.attribute:
-            if node.op_type == "Constant" and attribute.name == "value" and attribute.HasField("t"):
-                new = nudged(attribute.t)
-                if new is not None:
-                    attribute.t.CopyFrom(new)
+        tensor.CopyFrom(numpy_helper.from_array(moved.astype(np.float32), tensor.name))
     return evaluation.check_conversion(model, noisy, feeds)["max_difference"]
 
 
