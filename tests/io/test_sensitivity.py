@@ -92,3 +92,19 @@ def test_a_tensor_that_changes_nothing_is_infinite():
     x = {"x": np.zeros((2, D), np.float32)}  # ... zero input: a is 0, exactly representable
     found = sensitivity.output_sqnr(model, parameters, [x])
     assert found["a"] == math.inf
+
+
+def test_a_model_input_is_switched_before_every_node():
+    parameters = {"x": (np.float32(0.05), np.uint8(128))}
+    switched, flags = sensitivity.switched_model(_model(), parameters)
+    onnx.checker.check_model(switched, full_check=True)  # sorted: the switch comes first
+    by_hand = _model()
+    by_hand.graph.initializer.extend([numpy_helper.from_array(np.float32(0.05), "s"),
+                                      numpy_helper.from_array(np.uint8(128), "z")])
+    for node in by_hand.graph.node:
+        node.input[:] = ["x_dq" if i == "x" else i for i in node.input]
+    by_hand.graph.node.insert(0, helper.make_node("DequantizeLinear", ["x_q", "s", "z"], ["x_dq"]))
+    by_hand.graph.node.insert(0, helper.make_node("QuantizeLinear", ["x", "s", "z"], ["x_q"]))
+    for feeds in _feeds():
+        got = _run(switched, {**feeds, flags["x"]: np.array(True)})[0]
+        np.testing.assert_array_equal(got, _run(by_hand, feeds)[0])

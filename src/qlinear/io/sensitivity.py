@@ -46,16 +46,16 @@ def switched_model(model, parameters: dict):
         graph.input.append(helper.make_tensor_value_info(flag, TensorProto.BOOL, []))
         flags[name] = flag
     nodes = list(graph.node)
-    del graph.node[:]
-    for node in nodes:  # each switch right after the node that writes its tensor: the graph stays sorted
+    written = {output for node in nodes for output in node.output}
+    # the switches of tensors no node writes (model inputs) first, then each right after the node that writes
+    # its tensor: the graph stays sorted
+    ordered = [switch for name in names if name not in written for switch in switches[name]]
+    for node in nodes:
         node.input[:] = [rename.get(name, name) for name in node.input]
-        graph.node.append(node)
-        for output in node.output:
-            graph.node.extend(switches.pop(output, ()))
-    for rest in switches.values():  # tensors no node writes (model inputs): first
-        graph.node.insert(0, rest[2])
-        graph.node.insert(0, rest[1])
-        graph.node.insert(0, rest[0])
+        ordered.append(node)
+        ordered.extend(switch for output in node.output for switch in switches.get(output, ()))
+    del graph.node[:]
+    graph.node.extend(ordered)
     return switched, flags
 
 

@@ -260,25 +260,24 @@ def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], co
 SENSITIVITY_SAMPLES = 8  # samples each tensor's solo effect on the outputs is measured on, at most
 
 
-def output_sensitivity(float_model, plan_: Plan, static: StaticSettings, folder=None) -> dict[str, float]:
+def output_sensitivity(float_model, plan_: Plan, static: StaticSettings, folder=None) -> dict[str, float | None]:
     """Each quantized activation's effect alone on the float model's outputs (`sensitivity.output_sqnr`), on the
     first `SENSITIVITY_SAMPLES` samples; cached in ``static.sensitivity`` for the runs of a --max-drop search
-    (empty where onnxruntime cannot run the switched model: the order falls back to each tensor's own SQNR)."""
+    (None for every tensor where onnxruntime cannot run the switched model: the order falls back to each
+    tensor's own SQNR)."""
     if not static.sensitivity:
+        import itertools
+
         from . import sensitivity
 
         names = [a.name for a in plan_.activations if a.producer]
-        feeds = []
-        for sample in plan_.data:
-            feeds.append(sample)
-            if len(feeds) >= SENSITIVITY_SAMPLES:
-                break
+        feeds = list(itertools.islice(plan_.data, SENSITIVITY_SAMPLES))
         try:
-            static.sensitivity.update(sensitivity.output_sqnr(float_model, {n: plan_.parameters[n] for n in names},
-                                                              feeds, folder))
+            found = sensitivity.output_sqnr(float_model, {n: plan_.parameters[n] for n in names}, feeds, folder)
         except Exception:  # noqa: BLE001 (onnxruntime's errors: e.g. a float16 tensor the switch cannot take)
-            static.sensitivity["__unavailable__"] = math.nan
-    return {k: v for k, v in static.sensitivity.items() if k != "__unavailable__"}
+            found = dict.fromkeys(names)
+        static.sensitivity.update(found)
+    return static.sensitivity
 
 
 def activation_rows(plan_: Plan, static: StaticSettings) -> list[dict]:
