@@ -422,8 +422,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         folding = _fold(source, model, feeds, static.target == "onnxruntime", output.parent)
         choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
         chosen = [c for c in choices if c.quantized]
-        static_plan = static_quantization.plan(model, static, samples,
-                                               {c.found.name for c in choices if not c.quantized})
+        float_weights = {c.found.name for c in choices if not c.quantized}
+        static_plan = static_quantization.plan(model, static, samples, float_weights)
         static_plan.folding = folding
         if settings.rounding != "rtn":
             weight_plan = weight_rounding.Rounding(model, choices, settings)
@@ -437,8 +437,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if sentinels:  # placed again with those nodes float; their statistics are cached
             static = replace(static, keep_float=static.keep_float + tuple(k for k in sentinels
                                                                           if k not in static.keep_float))
-            static_plan = static_quantization.plan(model, static, samples,
-                                                   {c.found.name for c in choices if not c.quantized})
+            static_plan = static_quantization.plan(model, static, samples, float_weights)
             static_plan.folding = folding
             with report.progress(samples.samples, "calibrating what the re-placement added", unit="samples") \
                     as advance:
