@@ -16,7 +16,9 @@
   the kernel's time per element on one thread (learned from its own calls: the first call of a kernel times its
   first chunk before it decides for the rest) times the call's elements, against what waking the helpers costs
   (`pool_wake_cost`, measured at first use). Waking a helper costs 50-150 microseconds on the virtual machines
-  measured here, more than many whole calls; no size threshold fixed in advance holds on every CPU.
+  measured here, more than many whole calls; no size threshold fixed in advance holds on every CPU. (Not
+  `SerialOrParallel`, which times both ways per call shape: element-wise calls come in every size, and one
+  rate per kernel predicts them all without trial calls.)
 
 Nothing here imports numba until a kernel runs, so `import qlinear` stays cheap.
 """
