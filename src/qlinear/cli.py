@@ -133,7 +133,8 @@ with one conversion at each edge of a float island, and a convolution that reads
 at most 4 channels (an image) float, with a depthwise convolution right after it; --target qdq-portable puts a pair around every
 operator a QDQ runtime may fuse (TensorRT, OpenVINO). The report times the float and the quantized
 model in onnxruntime on 1 and 2 threads (--no-latency skips it) and says which nodes its optimized
-graph runs on the codes. A written model that fails onnx.checker's full check where the input
+graph runs on the codes. Each layer's bias is then corrected so that its outputs' per-channel mean on
+the calibration samples is the float model's (--no-bias-correction keeps them). A written model that fails onnx.checker's full check where the input
 passes it is refused: nothing is written, exit status 2.
 
 A list (--dtype int4,mxfp4,nvfp4) quantizes the same weights once per entry and reports, per tensor,
@@ -222,6 +223,10 @@ def _add_quantize(commands) -> None:
                    "read by its contrib GatherBlockQuantized) or qdq-portable (standard operators only; with "
                    "--calibrate a pair around every operator a QDQ runtime may fuse, for TensorRT, OpenVINO and "
                    "others)")
+    p.add_argument("--no-bias-correction", action="store_true",
+                   help="--calibrate: keep the biases as quantized (default: each Conv, ConvTranspose and Gemm bias "
+                   "moved, layer by layer, so that its outputs' per-channel mean on up to 16 calibration samples is "
+                   "the float model's; needs onnxruntime)")
     p.add_argument("--no-latency", action="store_true",
                    help="--calibrate: do not time the float and the quantized model in onnxruntime (default: 1 and 2 "
                    "threads on a batch of the calibration data, a few seconds)")

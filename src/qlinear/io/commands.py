@@ -196,6 +196,7 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
                                       ("--symmetric-activations", args.symmetric_activations),
                                       ("--keep-float", args.keep_float),
                                       ("--no-latency", args.no_latency),
+                                      ("--no-bias-correction", args.no_bias_correction),
                                       ("--max-drop", args.max_drop is not None),
                                       ("--report-samples", args.report_samples is not None)) if value]
     if not args.calibrate:
@@ -221,6 +222,7 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
                                               activation_type, bool(args.symmetric_activations),
                                               tuple(args.keep_float), max_drop=args.max_drop,
                                               target=args.target or "onnxruntime", latency=not args.no_latency,
+                                              bias_correction=not args.no_bias_correction,
                                               **({} if args.report_samples is None
                                                  else {"report_samples": args.report_samples}))
 

@@ -478,6 +478,11 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             operand_rows = static_quantization.write_operands(model, static_plan, static, writer.taken)
             pairs = static_quantization.write_activations(model, writer, static_plan, static)
             prune_unused(model.model.graph)  # operands and folded nodes no longer read
+            if external is not None:
+                files[0].flush()  # the correction's runs read the data written so far
+            corrected = static_quantization.correct_biases(
+                model.model, static_plan, static,
+                (model.data_folder, temporaries[-1].parent if external is not None else None))
         gathers = gather_tables.rewrite(model.model) if settings.target == "onnxruntime" else []
         writer.dequantize_nodes -= len(gathers)
         per_run = placement_onnxruntime.dequantized_per_run(model.model) if settings.target == "onnxruntime" else 0
@@ -522,7 +527,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 "calibration_samples": static_plan.data.samples, "pairs": pairs,
                 "tensors": static_quantization.activation_rows(static_plan, static),
                 "kept": [{"name": s.name, "reason": s.reason} for s in static_plan.skipped],
-                "target": static.target, "operands": operand_rows,
+                "target": static.target, "operands": operand_rows, "bias_correction": corrected,
                 "per_layer": layers,
             }
         summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))

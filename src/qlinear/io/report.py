@@ -320,6 +320,15 @@ def _show_activations(console, activations: dict) -> None:
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
                   f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")
+    corrected = activations.get("bias_correction")
+    if corrected is not None:
+        if "note" in corrected:
+            console.print(f"bias correction: not run ({corrected['note']})")
+        else:
+            moved = corrected["layers"]
+            largest = max((row["max_abs_shift"] for row in moved), default=0.0)
+            console.print(f"bias correction: {len(moved)} layers' biases moved to the float model's output means on "
+                          f"{corrected['samples']} samples (largest shift {largest:.3g}; {corrected['seconds']:.1f} s)")
     layers = activations["per_layer"]
     if not layers["samples"]:
         console.print("per-layer SQNR: not measured (--report-samples 0)")

@@ -8,6 +8,8 @@ the weights (`pipeline.quantize_onnx` runs these steps when ``--calibrate`` is g
 3. `write_biases`, `write_operands` and `write_activations`: int32 biases (scale x_scale * w_scale) where both
    the input and the weight are quantized, the constant operands of Add/Mul that the target runs in int8, then
    the pairs;
+3b. `correct_biases`: each layer's bias moved so that its outputs' per-channel mean is float's
+   (`bias_correction`);
 4. `per_layer`: the float and the quantized model run side by side on some samples, every quantized
    activation's SQNR and the outputs' (the report, worst first).
 """
@@ -15,6 +17,7 @@ the weights (`pipeline.quantize_onnx` runs these steps when ``--calibrate`` is g
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +53,7 @@ class StaticSettings:
     max_drop: float | None = None  # points of the task figure: keep the costliest layers float until within
     target: str = placement.DEFAULT_TARGET  # the runtime the pairs are placed for (`placement.TARGETS`)
     latency: bool = True  # measure the float and the quantized model in onnxruntime (`latency`)
+    bias_correction: bool = True  # move the biases to the float model's output means (`bias_correction`)
     # Calibration results by tensor name, shared by the runs of a --max-drop search (which only drop tensors).
     cache: dict = field(default_factory=dict, compare=False, hash=False)
     # Tensor name -> the outputs' SQNR with only that tensor quantized (`sensitivity`): --max-drop's order.
@@ -219,6 +223,34 @@ def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int
 
     return onnx_activations.insert_pairs(model.model, plan_.activations, plan_.parameters, static.qtype,
                                          writer.taken, _unique, plan_.placed.scale_folds)
+
+
+BIAS_SAMPLES = 16  # calibration samples the bias correction measures the output means on, at most
+
+
+def correct_biases(quantized, plan_: Plan, static: StaticSettings, folders=(None, None)) -> dict:
+    """`bias_correction.correct` of the written model against ``plan_.float_model`` on the first `BIAS_SAMPLES`
+    calibration samples; the report's entry (the layers moved, or why none was). ``folders``: where each
+    model's external data files are (the quantized one's written so far)."""
+    import itertools
+
+    from . import bias_correction
+
+    if not static.bias_correction:
+        return {"note": "--no-bias-correction"}
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"note": "onnxruntime is not installed (pip install onnxruntime)"}
+    start = time.perf_counter()
+    samples = list(itertools.islice(plan_.data, BIAS_SAMPLES))
+    found = bias_correction.layers(quantized, plan_.float_model)
+    with report.progress(len(found), "correcting the biases", unit="layers") as advance:
+        try:
+            moved = bias_correction.correct(quantized, plan_.float_model, samples, found, advance, folders)
+        except Exception as error:  # noqa: BLE001 (onnxruntime's: an operator or type it lacks; nothing moved)
+            return {"note": f"onnxruntime cannot run the quantized model ({str(error).splitlines()[0][:200]})"}
+    return {"samples": len(samples), "layers": moved, "seconds": round(time.perf_counter() - start, 2)}
 
 
 REPORT_SAMPLES = 16  # the per-layer report's samples at most, by default ...

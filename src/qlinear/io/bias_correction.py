@@ -1,0 +1,225 @@
+"""Empirical bias correction: the quantized model's layers shifted back to the float model's mean, layer by layer.
+
+Quantization errors are not zero-mean per channel: a channel whose values sit near one level rounds the same way
+everywhere, and a layer's int8 weights shift its outputs' mean. The network carries such shifts on and, through
+its nonlinearities, makes more of them. In the PP-OCR recogniser (per-tensor uint8 activations) the channel means
+of the convolutions' outputs hold 10-30% of their error power, and which way they lean depends on the calibration
+set: one set's model matched float's text on 70% of held-out lines, another's on 88%.
+
+The correction (Nagel et al. 2019, "Data-Free Quantization Through Weight Equalization and Bias Correction",
+section 4.2, its empirical form): for each Conv, ConvTranspose and Gemm with a constant bias, in graph order, the
+per-output-channel mean of (float output - quantized output) over the calibration samples is added to its bias;
+each layer is measured with the corrections before it in place, since they change what it receives. An int32 bias
+moves by whole steps of its own scale (x_scale * w_scale), so the stored codes stay exact integers of the same
+scale; a float bias (a layer kept float) moves by the mean itself.
+
+The quantized model runs once per sample in all, not once per layer: it is cut into one segment per layer
+(`activation_calibration.Segments`), each ending at the layer's output before an ``Add`` of a delta model input
+that the next segment runs; every sample's run waits at each cut until all samples' means are in and the delta
+is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LAYERS = ("Conv", "ConvTranspose", "Gemm")
+DELTA = "__qlinear_bias_delta"
+
+
+@dataclass
+class Layer:
+    node: object  # the NodeProto in the quantized model
+    output: str  # its output there
+    reference: str  # the same tensor's name in the float model
+    bias: object  # the TensorProto stored: int32 codes, or the float bias itself
+    scale: np.ndarray | None  # the int32 bias's scale per channel; None for a float bias
+    rank: int  # the output's rank (the channels are axis 1)
+    dtype: np.dtype  # the output's element type: the float bias's, or the int32 bias scale's
+
+    @property
+    def delta_shape(self) -> list[int]:
+        return [self.bias.dims[0]] + [1] * (self.rank - 2)
+
+
+def _constants(graph) -> dict:
+    found = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    found[node.output[0]] = attribute.t
+    return found
+
+
+def layers(quantized, reference) -> list[Layer]:
+    """The layers of ``quantized`` (a QDQ ModelProto) whose bias this can move: a Conv, ConvTranspose or Gemm whose
+    bias is a constant (int32 codes through a DequantizeLinear, or float) read by it alone, whose output the float
+    model ``reference`` computes too (under its own name, or the name its pair's DequantizeLinear writes)."""
+    from onnx import helper, numpy_helper
+
+    graph = quantized.graph
+    constants = _constants(graph)
+    producers = {o: node for node in graph.node for o in node.output if o}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    made_by = {o: node.op_type for node in reference.graph.node for o in node.output if o}
+    found = []
+    for node in graph.node:
+        if node.op_type not in LAYERS or len(node.input) < 3 or not node.input[2]:
+            continue
+        output = node.output[0]
+        name = output
+        if made_by.get(name) != node.op_type:  # a pair's producer writes T_float; the DequantizeLinear, T
+            after = [r for r in readers.get(output, ()) if r.op_type == "QuantizeLinear"]
+            codes = [d for q in after for d in readers.get(q.output[0], ()) if d.op_type == "DequantizeLinear"]
+            name = next((d.output[0] for d in codes if made_by.get(d.output[0]) == node.op_type), None)
+        if name is None:
+            continue
+        bias_name, scale = node.input[2], None
+        if len(readers.get(bias_name, ())) != 1:
+            continue
+        dequantize = producers.get(bias_name)
+        if dequantize is not None and dequantize.op_type == "DequantizeLinear":
+            stored, scale_tensor = constants.get(dequantize.input[0]), constants.get(dequantize.input[1])
+            if stored is None or scale_tensor is None or len(readers.get(dequantize.input[0], ())) != 1:
+                continue
+            scale = numpy_helper.to_array(scale_tensor)
+            dtype, scale = scale.dtype, scale.astype(np.float64)
+        else:
+            stored = constants.get(bias_name)
+            dtype = None if stored is None else helper.tensor_dtype_to_np_dtype(stored.data_type)
+        if stored is None or len(stored.dims) != 1 or stored.dims[0] == 0:
+            continue
+        rank = 2 if node.op_type == "Gemm" else _weight_rank(node.input[1], constants, producers)
+        if rank is None:
+            continue
+        found.append(Layer(node, output, name, stored, scale, rank, np.dtype(dtype)))
+    return found
+
+
+def _weight_rank(name: str, constants: dict, producers: dict) -> int | None:
+    while name not in constants:  # through the weight's DequantizeLinear (or a Reshape of a blocked one: give up)
+        node = producers.get(name)
+        if node is None or node.op_type != "DequantizeLinear":
+            return None
+        name = node.input[0]
+    return len(constants[name].dims) or None
+
+
+def _delta(i: int) -> str:
+    return f"{DELTA}{i}"
+
+
+def _raw(layer: Layer) -> str:
+    return f"{layer.output}{DELTA}_raw"
+
+
+def _with_deltas(quantized, found: list[Layer]):
+    """A copy of ``quantized`` where each layer writes `_raw` and ``Add(raw, delta input)`` writes its output."""
+    from onnx import helper
+
+    model = type(quantized)()
+    model.CopyFrom(quantized)
+    graph = model.graph
+    by_output = {layer.output: (i, layer) for i, layer in enumerate(found)}
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type in LAYERS and node.output and node.output[0] in by_output:
+            i, layer = by_output[node.output[0]]
+            node.output[0] = _raw(layer)
+            nodes.append(helper.make_node("Add", [_raw(layer), _delta(i)], [layer.output]))
+            graph.input.append(helper.make_tensor_value_info(_delta(i), helper.np_dtype_to_tensor_dtype(layer.dtype),
+                                                             layer.delta_shape))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
+
+
+def _channel_sum(values: np.ndarray) -> tuple[np.ndarray, int]:
+    values = np.asarray(values, np.float64)
+    axes = tuple(a for a in range(values.ndim) if a != 1)
+    return values.sum(axis=axes), values.size // values.shape[1]
+
+
+def correct(quantized, reference, samples: list[dict], found: list[Layer], progress=None,
+            folders=(None, None)) -> list[dict]:
+    """Move the biases of ``found`` (`layers` of ``quantized``, a ModelProto changed in place) so that each
+    layer's per-channel output mean over ``samples`` (feeds dicts) is the float model ``reference``'s; one row
+    per layer moved: the node, the mean |shift| and the largest, in the output's units. ``folders``: where the
+    reference's and the quantized model's external data files are, if they have any (a moved bias is stored
+    in the model itself)."""
+    from onnx import numpy_helper
+
+    from .activation_calibration import Segments
+
+    if not found or not samples:
+        return []
+    names = list(dict.fromkeys(layer.reference for layer in found))
+    target = _channel_means(Segments(reference, names, samples[0], folder=folders[0]), samples)
+    deltas = {_delta(i): np.zeros(layer.delta_shape, layer.dtype) for i, layer in enumerate(found)}
+    raws = [_raw(layer) for layer in found]
+    # One segment per layer, ending at its output before the delta's Add, which the next segment runs: each
+    # sample's run stops there until every sample's mean is in and the delta is set (in place: the runs hold
+    # these very arrays). The model runs once per sample in all, rather than once per layer.
+    segments = Segments(_with_deltas(quantized, found), raws, {**samples[0], **deltas}, cut=[[raw] for raw in raws],
+                        folder=folders[1])
+    runs = [_pulled(segments({**feeds, **deltas})) for feeds in samples]
+    rows = []
+    for i, layer in enumerate(found):
+        total, count = 0.0, 0
+        for run in runs:
+            part, n = _channel_sum(run(raws[i]))
+            total, count = total + part, count + n
+        if progress is not None:
+            progress(1)
+        shift = target[layer.reference] - total / count
+        if shift.shape != (layer.bias.dims[0],) or not np.all(np.isfinite(shift)):
+            continue
+        stored = numpy_helper.to_array(layer.bias, base_dir=str(folders[1] or ""))
+        if layer.scale is None:
+            moved = (stored.astype(np.float64) + shift).astype(stored.dtype)
+            applied = moved.astype(np.float64) - stored
+        else:
+            steps = np.rint(shift / layer.scale)
+            if not np.all(np.isfinite(steps)):
+                continue
+            moved = stored.astype(np.int64) + steps.astype(np.int64)
+            if np.any(np.abs(moved) > 2**31 - 1):
+                continue
+            moved = moved.astype(stored.dtype)
+            applied = steps * layer.scale
+        layer.bias.CopyFrom(numpy_helper.from_array(moved, layer.bias.name))
+        deltas[_delta(i)][...] = applied.astype(layer.dtype).reshape(layer.delta_shape)
+        rows.append({"node": layer.node.name or layer.output, "mean_abs_shift": float(np.mean(np.abs(applied))),
+                     "max_abs_shift": float(np.max(np.abs(applied)))})
+    return rows
+
+
+def _channel_means(segments, samples: list[dict]) -> dict[str, np.ndarray]:
+    sums: dict = {}
+    counts: dict = {}
+    for feeds in samples:
+        for part in segments(feeds):
+            for name, values in part.items():
+                total, count = _channel_sum(values)
+                sums[name] = sums.get(name, 0.0) + total
+                counts[name] = counts.get(name, 0) + count
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def _pulled(generator):
+    """``take(name)``: the next segments of ``generator`` (a `Segments` run) run until one gives ``name``."""
+    waiting: dict = {}
+
+    def take(name):
+        while name not in waiting:
+            waiting.update(next(generator))
+        return waiting.pop(name)
+
+    return take
