@@ -210,10 +210,10 @@ def ort_runner(model: str | os.PathLike | bytes, *, threads: int = 2, optimized:
     return run
 
 
-def static_int8(source, data, output) -> dict:
-    """`qlinear quantize SOURCE --dtype int8 --calibrate DATA -o OUTPUT` with the defaults, no evaluation, no per-layer
-    report and no latency: its JSON report, once the run exited 0 and the written model passes onnx.checker's full
-    check (and the report says so)."""
+def static_int8(source, data, output, *extra: str) -> dict:
+    """`qlinear quantize SOURCE --dtype int8 --calibrate DATA -o OUTPUT` with the defaults (and ``extra``), no
+    evaluation, no per-layer report and no latency: its JSON report, once the run exited 0 and the written model
+    passes onnx.checker's full check (and the report says so)."""
     import contextlib
     import io
     import json
@@ -225,7 +225,7 @@ def static_int8(source, data, output) -> dict:
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(data), "-o", str(output),
-                     "--no-eval", "--report-samples", "0", "--no-latency", "--json"])
+                     "--no-eval", "--report-samples", "0", "--no-latency", "--json", *extra])
     assert code == 0
     report = json.loads(stdout.getvalue())
     assert report["model"]["checker"].startswith("passed")
