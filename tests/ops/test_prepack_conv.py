@@ -149,3 +149,36 @@ def test_the_last_call_is_reused_only_for_the_same_objects_with_the_same_content
         call()
     w_scale.dtype = np.float32
     np.testing.assert_array_equal(call(), expected())
+
+
+def test_the_last_call_is_reused_for_new_lists_with_the_same_ints(monkeypatch):
+    """A caller that writes ``pads=[1, 1, 1, 1]`` in each call passes a new list each time: the last call's launch
+    still serves it, without building a key; a new list with other ints, or with a float, does not."""
+    from qlinear.ops import _quant_args
+
+    rng = np.random.default_rng(13)
+    w = rng.integers(-128, 128, size=(8, 4, 3, 3), dtype=np.int8)
+    packed = qlinear.prepack_conv(w, np.int8(0))
+    w_scale, bias = np.float32(0.01), rng.integers(-500, 500, size=8).astype(np.int32)
+    x_scale, x_zp, y_scale, y_zp = np.float32(0.02), np.uint8(7), np.float32(0.5), np.uint8(3)
+    x = rng.integers(0, 256, size=(1, 4, 9, 9), dtype=np.uint8)
+
+    def call(pads):
+        return qlinear.qlinear_conv(x, x_scale, x_zp, packed, w_scale, np.int8(0), y_scale, y_zp, bias, pads=pads,
+                                    strides=[1, 1])
+
+    def expected(pads):
+        return _reference_qlinear_conv(x, x_scale, x_zp, w, w_scale, np.int8(0), y_scale, y_zp, bias, pads, [1, 1], 1)
+
+    for _ in range(2):  # the first call prepares the launch, the second keeps it as the last call
+        np.testing.assert_array_equal(call([1, 1, 1, 1]), expected([1, 1, 1, 1]))
+    keys = []
+    original = _quant_args.call_key
+    monkeypatch.setattr(_quant_args, "call_key", lambda *a: keys.append(a) or original(*a))
+    for _ in range(3):
+        np.testing.assert_array_equal(call([1, 1, 1, 1]), expected([1, 1, 1, 1]))
+    assert keys == []
+    np.testing.assert_array_equal(call([0, 1, 0, 1]), expected([0, 1, 0, 1]))
+    assert len(keys) == 1
+    with pytest.raises(TypeError, match="pads must be a sequence of integers"):
+        call([1, 1.0, 1, 1])
