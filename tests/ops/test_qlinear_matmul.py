@@ -285,6 +285,7 @@ def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one(monkeypat
     from qlinear.ops import qlinear_matmul as qm
 
     monkeypatch.setattr(qm, "_PREPARED", {})
+    monkeypatch.setattr(qm, "_LAST", [None])
 
     rng = np.random.default_rng(21)
     a = rng.integers(0, 256, (5, 40), dtype=np.uint8)
@@ -316,6 +317,14 @@ def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one(monkeypat
             np.testing.assert_array_equal(call(), expected())
         np.testing.assert_array_equal(call(), expected())
         assert entry.launch[0] is launch
+    # New scalar objects of the same values (as call() writes them) take the last call's preparation without
+    # building a key (qa.LastCall)
+    keys = []
+    original = qm.qa.call_key
+    monkeypatch.setattr(qm.qa, "call_key", lambda *args: keys.append(args) or original(*args))
+    np.testing.assert_array_equal(call(), expected())
+    assert keys == []
+    monkeypatch.setattr(qm.qa, "call_key", original)
     kept = len(qm._PREPARED)
     b[0, :] = 100  # in place: the packing cache sees the new values
     np.testing.assert_array_equal(call(), expected())
