@@ -45,6 +45,7 @@ def _upper_half_unused(col_off, n_total, lo, hi):
 BLOCK_TEMPLATE = '''
 _MK_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}))
 _MKH_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, half=True))
+_MK1_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -67,15 +68,21 @@ def _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes {mr} rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -209,10 +216,12 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
 '''
 
 
-def _config(path, bcast_unsigned, half=False):
+def _config(path, bcast_unsigned, half=False, one_row=False):
     """make_microkernel's arguments for ``path``; ``half``: the kernel of the first half of a panel's vectors
-    (the whole panel where it has one vector)."""
+    (the whole panel where it has one vector); ``one_row``: the kernel of a panel's first row alone."""
     op, mr, nv, lanes, _g, _f = PATHS[path]
+    if one_row:
+        return op, 1, nv, bcast_unsigned, None, mr
     if half and nv % 2 == 0:
         return op, mr, nv // 2, bcast_unsigned, nv * lanes
     return op, mr, nv, bcast_unsigned
@@ -222,6 +231,7 @@ def _config(path, bcast_unsigned, half=False):
 
 _MK_avx512vnni_u = make_microkernel(*_config("avx512vnni", True))
 _MKH_avx512vnni_u = make_microkernel(*_config("avx512vnni", True, half=True))
+_MK1_avx512vnni_u = make_microkernel(*_config("avx512vnni", True, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -244,15 +254,21 @@ def _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm,
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx512vnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -314,6 +330,7 @@ def _pack_panel_avx512vnni_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum
 
 _MK_avx512vnni_s = make_microkernel(*_config("avx512vnni", False))
 _MKH_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, half=True))
+_MK1_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -336,15 +353,21 @@ def _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm,
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx512vnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -414,6 +437,7 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
 
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
 _MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
+_MK1_avxvnni_u = make_microkernel(*_config("avxvnni", True, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -436,15 +460,21 @@ def _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avxvnni_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -506,6 +536,7 @@ def _pack_panel_avxvnni_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_by
 
 _MK_avxvnni_s = make_microkernel(*_config("avxvnni", False))
 _MKH_avxvnni_s = make_microkernel(*_config("avxvnni", False, half=True))
+_MK1_avxvnni_s = make_microkernel(*_config("avxvnni", False, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -528,15 +559,21 @@ def _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avxvnni_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -606,6 +643,7 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
 _MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
+_MK1_avx512bw_u = make_microkernel(*_config("avx512bw", True, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -628,15 +666,21 @@ def _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx512bw_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -698,6 +742,7 @@ def _pack_panel_avx512bw_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_b
 
 _MK_avx512bw_s = make_microkernel(*_config("avx512bw", False))
 _MKH_avx512bw_s = make_microkernel(*_config("avx512bw", False, half=True))
+_MK1_avx512bw_s = make_microkernel(*_config("avx512bw", False, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -720,15 +765,21 @@ def _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx512bw_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -798,6 +849,7 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
 
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
 _MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
+_MK1_avx2ub_u = make_microkernel(*_config("avx2ub", True, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -820,15 +872,21 @@ def _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1,
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 4 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx2ub_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -890,6 +948,7 @@ def _pack_panel_avx2ub_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_byt
 
 _MK_avx2ub_s = make_microkernel(*_config("avx2ub", False))
 _MKH_avx2ub_s = make_microkernel(*_config("avx2ub", False, half=True))
+_MK1_avx2ub_s = make_microkernel(*_config("avx2ub", False, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -912,15 +971,21 @@ def _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1,
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 4 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx2ub_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -990,6 +1055,7 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 _MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
+_MK1_avx2_u = make_microkernel(*_config("avx2", True, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -1012,15 +1078,21 @@ def _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx2_u(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
@@ -1082,6 +1154,7 @@ def _pack_panel_avx2_u(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_bytes
 
 _MK_avx2_s = make_microkernel(*_config("avx2", False))
 _MKH_avx2_s = make_microkernel(*_config("avx2", False, half=True))
+_MK1_avx2_s = make_microkernel(*_config("avx2", False, one_row=True))
 
 
 @njit(cache=True, inline="always")
@@ -1104,15 +1177,21 @@ def _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
+    one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        if _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr):
-            for ip in range(i_lo, i_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MK1_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
                 _MKH_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            continue
-        for ip in range(i_lo, i_hi):
-            _MK_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
-                       (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MK_avx2_s(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),

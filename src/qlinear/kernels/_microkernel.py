@@ -37,16 +37,19 @@ OPS = {
 }
 
 
-def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool, q_pitch: int | None = None):
+def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool, q_pitch: int | None = None,
+                     p_pitch: int | None = None):
     """Return a numba intrinsic ``mk(P, p_off, Q, q_off, ksteps, C, c_off, ldc)``.
 
     P, Q, C are 1-D int32 arrays; the tile is written to ``C[c_off + r*ldc + n]`` for r < mr, n < nv*L.
     ``bcast_unsigned`` (dpbusd only) says which operand holds the unsigned bytes. ``q_pitch``: Q's int32 groups
-    per K step (default nv*L; wider for a kernel that computes only the first columns of a panel).
+    per K step (default nv*L; wider for a kernel that computes only the first columns of a panel). ``p_pitch``:
+    P's int32 groups per K step (default mr; wider for a kernel that computes only the first rows of a panel).
     """
     lanes, llvm_name, kind = OPS[op]
     nr = nv * lanes
     q_step = q_pitch or nr
+    p_step = p_pitch or mr
     i32 = ir.IntType(32)
     i64 = ir.IntType(64)
     vec = ir.VectorType(i32, lanes)
@@ -91,7 +94,7 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool, q_pitch: i
             with cgutils.for_range(builder, ks_v) as loop:
                 s = loop.index
                 q_base = builder.add(q_off_v, builder.mul(s, ir.Constant(i64, q_step)))
-                p_base = builder.add(p_off_v, builder.mul(s, ir.Constant(i64, mr)))
+                p_base = builder.add(p_off_v, builder.mul(s, ir.Constant(i64, p_step)))
                 qv = []
                 for v in range(nv):
                     ptr = builder.gep(q_ptr, [builder.add(q_base, ir.Constant(i64, v * lanes))])
