@@ -12,7 +12,7 @@ from .errors import AccumulatorOverflowError
 from .kernels.output_pool import get_output_pool_limit, set_output_pool_limit
 from .kernels.threads import get_num_threads, set_num_threads
 from .ops.qlinear_conv import conv_integer, prepack_conv, qlinear_conv
-from .ops.qlinear_matmul import matmul_integer, qlinear_matmul
+from .ops.qlinear_matmul import PackedMatMul, matmul_integer, prepack_matmul, qlinear_matmul
 from .ops.quantize_linear import dequantize_linear, quantize_linear
 from .packing import pack, unpack
 
@@ -25,6 +25,8 @@ __all__ = [
     "conv_integer",
     "prepack_conv",
     "qlinear_matmul",
+    "prepack_matmul",
+    "PackedMatMul",
     "matmul_integer",
     "dynamic_quantize_linear",
     "AccumulatorOverflowError",

@@ -336,3 +336,47 @@ def test_a_repeated_call_reuses_what_it_prepared_and_never_a_stale_one(monkeypat
                        np.uint8(3))
     with pytest.raises(ValueError, match="y_scale must be positive and finite"):
         qlinear_matmul(a, np.float32(0.02), np.uint8(7), b, b_scale, np.int8(0), np.float32(-1), np.uint8(3))
+
+
+def test_prepacked_weights_give_the_plain_array_s_bits_and_skip_the_byte_check(monkeypatch):
+    """`prepack_matmul`'s result passed as b gives the same bits as the plain array (the int64 reference's), per
+    tensor and per column, in qlinear_matmul and matmul_integer, without comparing b's bytes with the packing
+    cache's copy; changing the array it was made from changes nothing; another zero point still gives the
+    reference's result; the docstring's example runs."""
+    import doctest
+
+    import qlinear
+    from qlinear.kernels import packing_cache
+    from qlinear.ops import qlinear_matmul as qm
+
+    assert doctest.testmod(qm, optionflags=doctest.ELLIPSIS).failed == 0
+    rng = np.random.default_rng(31)
+    a = rng.integers(0, 256, (5, 64), dtype=np.uint8)
+    b = rng.integers(-128, 128, (64, 40), dtype=np.int8)
+    b_scale = np.linspace(0.001, 0.003, 40).astype(np.float32)
+    for b_zp in (np.int8(0), np.int8(3), rng.integers(-5, 5, 40).astype(np.int8)):
+        packed = qlinear.prepack_matmul(b, b_zp)
+        assert packed.shape == b.shape and packed.dtype == b.dtype and not packed.weights.flags.writeable
+        compared = []
+        original = packing_cache._same
+        monkeypatch.setattr(packing_cache, "_same", lambda *args: compared.append(1) or original(*args))
+        for _ in range(3):
+            got = qlinear_matmul(a, np.float32(0.02), np.uint8(7), packed, b_scale, b_zp, np.float32(0.5), np.uint8(3))
+            np.testing.assert_array_equal(got, qlinear_matmul(a, np.float32(0.02), np.uint8(7), b.copy(), b_scale, b_zp,
+                                                              np.float32(0.5), np.uint8(3)))
+            compared.clear()
+            qlinear_matmul(a, np.float32(0.02), np.uint8(7), packed, b_scale, b_zp, np.float32(0.5), np.uint8(3))
+            assert compared == []
+        monkeypatch.setattr(packing_cache, "_same", original)
+        np.testing.assert_array_equal(qlinear.matmul_integer(a, packed, np.uint8(7), b_zp),
+                                      matmul_accumulate(a, np.uint8(7), b, b_zp))
+    kept = b.copy()
+    b[:] = 1  # the packed weights are a copy
+    np.testing.assert_array_equal(qlinear.matmul_integer(a, packed, np.uint8(7), b_zp),
+                                  matmul_accumulate(a, np.uint8(7), kept, b_zp))
+    np.testing.assert_array_equal(qlinear.matmul_integer(a, packed, np.uint8(7), np.int8(1)),  # another zero point
+                                  matmul_accumulate(a, np.uint8(7), kept, np.int8(1)))
+    with pytest.raises(ValueError, match="prepack_matmul: b must be 2-D"):
+        qlinear.prepack_matmul(np.zeros((2, 3, 4), np.int8))
+    with pytest.raises(TypeError, match="prepack_matmul: b must have dtype"):
+        qlinear.prepack_matmul(np.zeros((2, 3), np.int16))
