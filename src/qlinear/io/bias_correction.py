@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .formats.onnx_constants import stored_constants
+
 LAYERS = ("Conv", "ConvTranspose", "Gemm")
 DELTA = "__qlinear_bias_delta"
 
@@ -44,16 +46,6 @@ class Layer:
         return [self.bias.dims[0]] + [1] * (self.rank - 2)
 
 
-def _constants(graph) -> dict:
-    found = {t.name: t for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    found[node.output[0]] = attribute.t
-    return found
-
-
 def layers(quantized, reference) -> list[Layer]:
     """The layers of ``quantized`` (a QDQ ModelProto) whose bias this can move: a Conv, ConvTranspose or Gemm whose
     bias is a constant (int32 codes through a DequantizeLinear, or float) read by it alone, whose output the float
@@ -61,7 +53,7 @@ def layers(quantized, reference) -> list[Layer]:
     from onnx import helper, numpy_helper
 
     graph = quantized.graph
-    constants = _constants(graph)
+    constants = {name: t for name, t in stored_constants(graph).items() if t is not None}
     producers = {o: node for node in graph.node for o in node.output if o}
     readers: dict[str, list] = {}
     for node in graph.node:
