@@ -139,28 +139,41 @@ def _channel_sum(values: np.ndarray) -> tuple[np.ndarray, int]:
     return values.sum(axis=axes), values.size // values.shape[1]
 
 
+# What the waiting runs may hold at once, all samples together, by shape inference (4 bytes a value). The peak
+# memory grows faster than that estimate: on the detector, +32 MB for 3 pages but +600 MB for 12 (about 30 MB
+# estimated per page); this budget keeps it to about 4 pages.
+HELD_BYTES = 128 << 20
+
+
 def correct(quantized, reference, samples: list[dict], found: list[Layer], progress=None,
-            folders=(None, None)) -> list[dict]:
+            folders=(None, None)) -> tuple[list[dict], int]:
     """Move the biases of ``found`` (`layers` of ``quantized``, a ModelProto changed in place) so that each
-    layer's per-channel output mean over ``samples`` (feeds dicts) is the float model ``reference``'s; one row
-    per layer moved: the node, the mean |shift| and the largest, in the output's units. ``folders``: where the
-    reference's and the quantized model's external data files are, if they have any (a moved bias is stored
+    layer's per-channel output mean over ``samples`` (feeds dicts; the first ones whose waiting runs hold at most
+    `HELD_BYTES`, at least one) is the float model ``reference``'s. Returns one row per layer moved (the node,
+    the mean |shift| and the largest, in the output's units) and the number of samples used. ``folders``: where
+    the reference's and the quantized model's external data files are, if they have any (a moved bias is stored
     in the model itself)."""
     from onnx import numpy_helper
 
-    from .activation_calibration import Segments
+    from .activation_calibration import Segments, sizes
 
     if not found or not samples:
-        return []
-    names = list(dict.fromkeys(layer.reference for layer in found))
-    target = _channel_means(Segments(reference, names, samples[0], folder=folders[0]), samples)
+        return [], len(samples)
     deltas = {_delta(i): np.zeros(layer.delta_shape, layer.dtype) for i, layer in enumerate(found)}
     raws = [_raw(layer) for layer in found]
     # One segment per layer, ending at its output before the delta's Add, which the next segment runs: each
     # sample's run stops there until every sample's mean is in and the delta is set (in place: the runs hold
-    # these very arrays). The model runs once per sample in all, rather than once per layer.
-    segments = Segments(_with_deltas(quantized, found), raws, {**samples[0], **deltas}, cut=[[raw] for raw in raws],
-                        folder=folders[1])
+    # these very arrays). The model runs once per sample in all, rather than once per layer; each waiting run
+    # holds what later segments read (a detector page's skip connections: about 50 MB).
+    model = _with_deltas(quantized, found)
+    segments = Segments(model, raws, {**samples[0], **deltas}, cut=[[raw] for raw in raws], folder=folders[1])
+    held = [set(carried) | set(exposed) for carried, (_, exposed) in zip(segments.carried, segments.segments)]
+    size = sizes(model, sorted(set().union(*held)), {**samples[0], **deltas})
+    per_sample = max((sum(size[name] or 0 for name in names) for names in held), default=0) + sum(
+        np.asarray(value).nbytes for value in samples[0].values())
+    samples = samples[:max(1, min(len(samples), HELD_BYTES // max(per_sample, 1)))]
+    names = list(dict.fromkeys(layer.reference for layer in found))
+    target = _channel_means(Segments(reference, names, samples[0], folder=folders[0]), samples)
     runs = [_pulled(segments({**feeds, **deltas})) for feeds in samples]
     rows = []
     for i, layer in enumerate(found):
@@ -190,7 +203,7 @@ def correct(quantized, reference, samples: list[dict], found: list[Layer], progr
         deltas[_delta(i)][...] = applied.astype(layer.dtype).reshape(layer.delta_shape)
         rows.append({"node": layer.node.name or layer.output, "mean_abs_shift": float(np.mean(np.abs(applied))),
                      "max_abs_shift": float(np.max(np.abs(applied)))})
-    return rows
+    return rows, len(samples)
 
 
 def _channel_means(segments, samples: list[dict]) -> dict[str, np.ndarray]:

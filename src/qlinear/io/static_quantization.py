@@ -225,7 +225,8 @@ def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int
                                          writer.taken, _unique, plan_.placed.scale_folds)
 
 
-BIAS_SAMPLES = 16  # calibration samples the bias correction measures the output means on, at most
+BIAS_SAMPLES = 16  # calibration samples the bias correction measures the output means on, at most (fewer where
+# their waiting runs would hold more than `bias_correction.HELD_BYTES`)
 
 
 def correct_biases(quantized, plan_: Plan, static: StaticSettings, folders=(None, None)) -> dict:
@@ -247,10 +248,10 @@ def correct_biases(quantized, plan_: Plan, static: StaticSettings, folders=(None
     found = bias_correction.layers(quantized, plan_.float_model)
     with report.progress(len(found), "correcting the biases", unit="layers") as advance:
         try:
-            moved = bias_correction.correct(quantized, plan_.float_model, samples, found, advance, folders)
+            moved, used = bias_correction.correct(quantized, plan_.float_model, samples, found, advance, folders)
         except Exception as error:  # noqa: BLE001 (onnxruntime's: an operator or type it lacks; nothing moved)
             return {"note": f"onnxruntime cannot run the quantized model ({str(error).splitlines()[0][:200]})"}
-    return {"samples": len(samples), "layers": moved, "seconds": round(time.perf_counter() - start, 2)}
+    return {"samples": used, "layers": moved, "seconds": round(time.perf_counter() - start, 2)}
 
 
 REPORT_SAMPLES = 16  # the per-layer report's samples at most, by default ...
