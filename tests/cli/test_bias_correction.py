@@ -145,3 +145,21 @@ def test_no_bias_correction_without_calibrate_is_refused(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--no-bias-correction applies to static quantization" in err[0]
+
+
+def test_the_samples_are_capped_by_what_the_waiting_runs_hold(tmp_path, capsys, monkeypatch):
+    """Every sample's run waits at each layer until all samples' means are in: where their held tensors would pass
+    `bias_correction.HELD_BYTES`, fewer samples are used (at least one), and the report says how many."""
+    from qlinear.io import bias_correction
+
+    onnx.save(_model(), str(tmp_path / "model.onnx"))
+    np.savez(tmp_path / "cal.npz", x=_samples(8))
+    _quantize(tmp_path, "all")
+    assert json.loads(capsys.readouterr().out)["activations"]["bias_correction"]["samples"] == 8
+    # a sample holds its input (8 x 10 x 10 float32) and a layer's outputs of as many values
+    monkeypatch.setattr(bias_correction, "HELD_BYTES", 3 * 2 * 4 * C * H * H)
+    _quantize(tmp_path, "capped")
+    assert 1 < json.loads(capsys.readouterr().out)["activations"]["bias_correction"]["samples"] <= 3
+    monkeypatch.setattr(bias_correction, "HELD_BYTES", 1)
+    _quantize(tmp_path, "one")
+    assert json.loads(capsys.readouterr().out)["activations"]["bias_correction"]["samples"] == 1
