@@ -18,7 +18,7 @@ def test_import_does_not_load_peers_or_compile():
 
 def test_public_names():
     for name in ("quantize_linear", "dequantize_linear", "pack", "unpack", "qlinear_conv", "conv_integer",
-                 "qlinear_matmul", "matmul_integer", "dynamic_quantize_linear", "set_num_threads", "get_num_threads",
+                 "qlinear_matmul", "matmul_integer", "prepack_conv", "prepack_matmul", "dynamic_quantize_linear", "set_num_threads", "get_num_threads",
                  "set_output_pool_limit", "get_output_pool_limit"):
         assert callable(getattr(qlinear, name)), name
     assert callable(qlinear.tf.quantize_v2) and callable(qlinear.tf.dequantize)
