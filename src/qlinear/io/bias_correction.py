@@ -175,7 +175,7 @@ def correct(quantized, reference, samples: list[dict], found: list[Layer], progr
     names = list(dict.fromkeys(layer.reference for layer in found))
     target = _channel_means(Segments(reference, names, samples[0], folder=folders[0]), samples)
     runs = [_pulled(segments({**feeds, **deltas})) for feeds in samples]
-    rows = []
+    rows, moves = [], []
     for i, layer in enumerate(found):
         total, count = 0.0, 0
         for run in runs:
@@ -199,10 +199,12 @@ def correct(quantized, reference, samples: list[dict], found: list[Layer], progr
                 continue
             moved = moved.astype(stored.dtype)
             applied = steps * layer.scale
-        layer.bias.CopyFrom(numpy_helper.from_array(moved, layer.bias.name))
+        moves.append((layer, moved))
         deltas[_delta(i)][...] = applied.astype(layer.dtype).reshape(layer.delta_shape)
         rows.append({"node": layer.node.name or layer.output, "mean_abs_shift": float(np.mean(np.abs(applied))),
                      "max_abs_shift": float(np.max(np.abs(applied)))})
+    for layer, moved in moves:  # the runs read the deltas, not these: written at the end, all or none
+        layer.bias.CopyFrom(numpy_helper.from_array(moved, layer.bias.name))
     return rows, len(samples)
 
 

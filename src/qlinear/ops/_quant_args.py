@@ -220,8 +220,8 @@ class LastCall:
         self.lists = tuple((i, tuple(a)) for i, a in enumerate(arguments) if type(a) in (list, tuple))
 
     def matches(self, head: tuple, arguments: tuple):
-        """``value`` when ``arguments`` are the same objects holding the same contents and ``head`` and the
-        kernel path are the same, else None."""
+        """``value`` when ``arguments`` are the same objects, or new ones of the same types, holding the same
+        contents and ``head`` and the kernel path are the same, else None."""
         if len(arguments) != len(self.arguments):
             return None
         # A new object of the same type and value serves too (a caller writing pads=[1, 1, 1, 1] or
