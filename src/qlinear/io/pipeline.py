@@ -445,6 +445,12 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             reasons = dict(sentinels.values())
             skipped = [s for s in static_plan.placed.skipped if s.name not in reasons]
             static_plan.placed.skipped = [Skipped(name, why) for name, why in reasons.items()] + skipped
+        if static.target == "onnxruntime" and weight_plan is None:
+            # After calibrating: the statistics are the unpadded model's, the zero channels' never counted.
+            static_plan.folding["padded"] = _pad_depthwise(source, model, feeds, static_plan, output.parent)
+            if static_plan.folding["padded"]["layers"]:
+                choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
+                chosen = [c for c in choices if c.quantized]
         static_plan.float_model = import_onnx().ModelProto()
         static_plan.float_model.CopyFrom(model.model)
     outcomes = {}
@@ -612,25 +618,49 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
     original.CopyFrom(model.model)
     folded = model.fold_for_static(onnxruntime)
     result = {"nodes": [f"{f.folded} into {f.conv}" for f in folded]}
-    if not folded:
-        return result
+    if folded:
+        result.update(_still_computes(source, original, model, feeds, folder,
+                                      f"folding {len(folded)} batch norms into their convolutions",
+                                      "the model with its batch norms folded into its convolutions"))
+    return result
+
+
+def _pad_depthwise(source: Path, model, feeds, plan_, folder: Path) -> dict:
+    """Zero channels for the depthwise convolutions placed in int8 (`onnx_channel_padding`), checked as `_fold`
+    checks its rewrite."""
+    import onnx
+
+    original = onnx.ModelProto()
+    original.CopyFrom(model.model)
+    padded = model.pad_depthwise(plan_.placed.anchors)
+    result = {"layers": [{"depthwise": p.depthwise, "channels": p.channels, "to": p.to, "tensors": p.tensors}
+                         for p in padded]}
+    if padded:
+        result.update(_still_computes(source, original, model, feeds, folder,
+                                      f"padding {len(padded)} depthwise convolutions with zero channels",
+                                      "the model with zero channels added to its depthwise convolutions"))
+    return result
+
+
+def _still_computes(source: Path, original, model, feeds, folder: Path, done: str, changed: str) -> dict:
+    """Run the rewritten float model against ``original``: a UserError unless the outputs moved by float
+    rounding only. Returns how far they moved (or why it was not run)."""
     if model.stored_bytes > CHECK_LIMIT:
-        result["note"] = _not_run(model)
-        return result
+        return {"note": _not_run(model)}
     try:
         with _materialized(model.model, model.base, folder) as after:
             check = evaluation.check_conversion(source if model.external else original, after, feeds)
     except (RuntimeError, OSError) as error:
-        raise UserError(f"{source}: the model with its batch norms folded into its convolutions does not run "
-                        f"({error})") from None
+        raise UserError(f"{source}: {changed} does not run ({error})") from None
+    result = {}
     limit = CONVERSION_TOLERANCE * max(1.0, check["scale"])
     if not check["max_difference"] <= limit and not model.external:
         yardstick = _ulp_yardstick(original, feeds)
         result["ulp_yardstick"] = yardstick
         limit = max(limit, FOLD_ULPS * yardstick)
     if not check["max_difference"] <= limit:
-        raise UserError(f"{source}: folding {len(folded)} batch norms into their convolutions moved output "
-                        f"{check['output']} by {check['max_difference']:.3g}; the model cannot be folded safely")
+        raise UserError(f"{source}: {done} moved output {check['output']} by {check['max_difference']:.3g}, more "
+                        f"than float rounding explains; refused")
     result["max_difference"] = check["max_difference"]
     return result
 

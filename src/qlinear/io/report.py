@@ -317,6 +317,13 @@ def _show_activations(console, activations: dict) -> None:
                  else f"the folded float model was {folded.get('note', 'not run to check it')}")
         console.print(f"folded into the convolutions before quantizing: {len(folded['nodes'])} nodes "
                       f"(BatchNormalization, Mul/Add by constants); {moved}")
+    padded = folded.get("padded") or {}
+    if padded.get("layers"):
+        sizes = ", ".join(f"{row['channels']}->{row['to']}" for row in padded["layers"])
+        moved = (f"the float model moved by {padded['max_difference']:.3g} at most" if "max_difference" in padded
+                 else f"not run to check it ({padded.get('note')})")
+        console.print(f"zero channels for onnxruntime's depthwise kernel: {len(padded['layers'])} regions "
+                      f"({sizes} channels); {moved}")
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
                   f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")

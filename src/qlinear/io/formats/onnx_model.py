@@ -130,13 +130,34 @@ class OnnxModel:
         ``onnxruntime`` also the rewrites that let onnxruntime fuse more (a HardSigmoid after a Conv into it as a
         Clip, a Max or Min with a scalar as a Clip: `onnx_folding`), and drop what nothing reads any more; returns
         what was folded."""
-        from onnx import numpy_helper
-
         from . import onnx_folding
         from .onnx_constants import prune_unused
 
+        read, write = self._constant_editor(self.constant_values())
+        folded = onnx_folding.fold(self.model, read, write, onnxruntime)
+        if folded:
+            prune_unused(self.model.graph)
+            self.refresh()
+        return folded
+
+    def pad_depthwise(self, names: set[str] | None = None) -> list:
+        """Give the main graph's depthwise Convs (those named, or all) zero channels up to onnxruntime's
+        alignment, with every tensor that must carry them (`onnx_channel_padding`); returns what was padded."""
+        from . import onnx_channel_padding
+
+        read, write = self._constant_editor(self.stored_value)
+        padded = onnx_channel_padding.pad_depthwise(self.model, read, write, names)
+        if padded:
+            self.refresh()
+        return padded
+
+    def _constant_editor(self, values):
+        """``read(name)``, ``write(name, array)`` over the main graph's constants: ``values`` reads them, a
+        written value replaces the stored tensor (a new name becomes an initializer) and is what ``read`` gives
+        from then on."""
+        from onnx import numpy_helper
+
         main = self._main_constants()
-        values = self.constant_values()
         written: dict[str, np.ndarray] = {}
 
         def read(name):
@@ -157,11 +178,7 @@ class OnnxModel:
             replacement = numpy_helper.from_array(array, constant.tensor.name)
             constant.tensor.CopyFrom(replacement)
 
-        folded = onnx_folding.fold(self.model, read, write, onnxruntime)
-        if folded:
-            prune_unused(self.model.graph)
-            self.refresh()
-        return folded
+        return read, write
 
     def raise_opset(self, target: int):
         """Convert the model to opset ``target`` with onnx's version converter; a UserError when it cannot."""

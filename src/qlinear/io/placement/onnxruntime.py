@@ -304,8 +304,9 @@ def place(model, keep_float: tuple[str, ...] = (), float_weights: set[str] | Non
                 chosen[output].tie = root
     operands = [Operand(name, node_label(node), node) for node in view.nodes if id(node) in state.int8
                 and state.kind[id(node)] == "binary" for name in state.operands[id(node)]]
+    anchors = {node_key(node) for node in view.nodes if id(node) in state.int8 and state.kind[id(node)] == "anchor"}
     return Placement("onnxruntime", list(chosen.values()), [s for name, s in skipped.items() if name not in chosen],
-                     operands, folds)
+                     operands, folds, anchors)
 
 
 # Operators onnxruntime runs on a float weight only: a DequantizeLinear of a constant in front of one stays in its

@@ -65,3 +65,4 @@ class Placement:
     skipped: list[Skipped]
     operands: list[Operand] = field(default_factory=list)
     scale_folds: list[ScaleFold] = field(default_factory=list)
+    anchors: set[str] = field(default_factory=set)  # the Conv/MatMul/Gemm nodes (`graph.node_key`) placed in int8

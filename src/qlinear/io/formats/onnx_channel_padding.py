@@ -1,0 +1,207 @@
+"""Zero channels added to depthwise convolutions so that onnxruntime runs them in its fast int8 kernel.
+
+onnxruntime (1.32, `qlinearconv.cc` / MLAS `convsym.cpp`) runs an int8 depthwise QLinearConv with symmetric
+weights in its vectorized kernel (AVX2, AVX-512, VNNI) only when the channel count is a multiple of 16 on x86;
+any other count falls back to a generic kernel (SSE2, 8 channels at a time), 2.3-2.6x slower on 5x5 layers of
+88-200 channels (BENCHMARKS.md). PP-OCR's classifier has such layers of 24, 40, 88, 104 and 200 channels.
+
+So, for the onnxruntime target, each depthwise Conv whose channel count is not a multiple of `MULTIPLE` gets
+zero channels up to the next multiple, and with it every tensor that must carry them (its *region*): back to the
+dense convolutions that write it (zero weight rows, zero bias: they write zeros there) and forward to the dense
+convolutions that read it (zero weight columns: they read nothing from there), through the operators that work
+channel by channel in between (activations, pools, element-wise operators with per-channel or scalar constants,
+other depthwise convolutions, a squeeze-excite block's gate). Every real channel computes exactly what it did:
+a padded channel meets a real one only in a dense convolution's sum, with a zero weight (in int8 too: a zero
+code times anything is 0). Whatever a padded channel holds in between (a hard sigmoid of 0 is 0.5) stays
+finite and reaches nothing else.
+
+A region that reaches anything else (a graph input or output, a reshape, a concatenation, a constant shared
+with another reader, a broadcast that is not per channel) is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .onnx_constants import attributes
+
+MULTIPLE = 16  # onnxruntime's channel alignment for its symmetric depthwise kernel on x86 (ARM64 needs 8)
+UNARY = frozenset({"Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Identity"})
+POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
+BINARY = {"Add": 0.0, "Sub": 0.0, "Mul": 0.0, "Div": 1.0}  # what a per-channel constant operand is padded with
+
+
+@dataclass
+class Padded:
+    depthwise: list[str]  # the depthwise convolutions' names
+    channels: int
+    to: int
+    tensors: int  # how many tensors carry the zero channels
+
+
+@dataclass
+class _Region:
+    channels: int
+    rank: int
+    tensors: set[str] = field(default_factory=set)
+    out_rows: dict[str, object] = field(default_factory=dict)  # dense Conv writing the region: pad its outputs
+    in_columns: dict[str, object] = field(default_factory=dict)  # dense Conv reading the region: pad its inputs
+    depthwise: dict[str, object] = field(default_factory=dict)
+    operands: dict[str, float] = field(default_factory=dict)  # per-channel constant -> what it is padded with
+    channelwise: dict[str, object] = field(default_factory=dict)
+
+
+def _label(node) -> str:
+    return node.name or node.output[0]
+
+
+def pad_depthwise(model, read_tensor, write_tensor, names: set[str] | None = None) -> list[Padded]:
+    """Pad the main graph's depthwise Convs (those named in ``names``, or all) and their regions, in place.
+    ``read_tensor(name)`` gives a stored constant's values (or None), ``write_tensor(name, array)`` stores new
+    values for it."""
+    graph = model.graph
+    producers = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def only_reader(name: str, node) -> bool:
+        return name not in outputs and [id(n) for n in readers.get(name, [])] == [id(node)]
+
+    def conv_kind(node, channels: int) -> str | None:
+        """"dense" or "depthwise" for a Conv whose float weight (and bias) only it reads, else None."""
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
+            return None
+        weight = read_tensor(node.input[1])
+        if weight is None or weight.ndim < 3 or not only_reader(node.input[1], node):
+            return None
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if bias is not None and (read_tensor(bias) is None or not only_reader(bias, node)):
+            return None
+        group = attributes(node).get("group", 1)
+        if group == 1:
+            return "dense"
+        if group == channels and weight.shape[0] == channels and weight.shape[1] == 1:
+            return "depthwise"
+        return None
+
+    def grow(start: str, channels: int, rank: int) -> _Region | None:
+        region = _Region(channels, rank)
+        work = [start]
+        while work:
+            tensor = work.pop()
+            if tensor in region.tensors:
+                continue
+            if tensor in outputs or tensor not in producers:
+                return None  # a graph output or input (or a constant)
+            region.tensors.add(tensor)
+            # Who writes it.
+            node = producers[tensor]
+            kind = conv_kind(node, channels)
+            if kind == "dense":
+                if read_tensor(node.input[1]).shape[0] != channels:
+                    return None
+                region.out_rows[_label(node)] = node
+            elif not _through(node, tensor, region, work, read_tensor, only_reader, kind):
+                return None
+            # Who reads it.
+            for reader in readers.get(tensor, []):
+                kind = conv_kind(reader, channels)
+                if kind == "dense" and reader.input[0] == tensor:
+                    if read_tensor(reader.input[1]).shape[1] != channels:
+                        return None
+                    region.in_columns[_label(reader)] = reader
+                elif not _through(reader, reader.output[0] if reader.output else "", region, work, read_tensor,
+                                  only_reader, kind):
+                    return None
+        return region
+
+    done: list[Padded] = []
+    padded_tensors: set[str] = set()
+    for node in list(graph.node):
+        if node.op_type != "Conv" or (names is not None and _label(node) not in names):
+            continue
+        weight = read_tensor(node.input[1]) if len(node.input) > 1 else None
+        if weight is None:
+            continue
+        channels = weight.shape[0]
+        if channels % MULTIPLE == 0 or conv_kind(node, channels) != "depthwise" or node.input[0] in padded_tensors:
+            continue
+        region = grow(node.input[0], channels, weight.ndim)
+        if region is None or not region.tensors.isdisjoint(padded_tensors):
+            continue
+        to = -(-channels // MULTIPLE) * MULTIPLE
+        _apply(region, to, read_tensor, write_tensor)
+        padded_tensors |= region.tensors
+        done.append(Padded(sorted(region.depthwise), channels, to, len(region.tensors)))
+    if done:
+        kept = [v for v in graph.value_info if v.name not in padded_tensors]  # their shapes changed
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
+    return done
+
+
+def _through(node, output: str, region: _Region, work: list, read_tensor, only_reader, kind) -> bool:
+    """Whether ``node`` works channel by channel, from region tensors to ``output`` (which joins the region with
+    its data inputs); records what of it must be padded."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1 or not output:
+        return False
+    if kind == "depthwise":
+        region.depthwise[_label(node)] = node
+        data = [node.input[0]]
+    elif op in POOLS or op in UNARY:
+        data = [node.input[0]]
+        if op == "Clip" and any(name and read_tensor(name) is None for name in node.input[1:]):
+            return False
+        if op not in ("Clip",) and len(node.input) > 1:
+            return False
+    elif op in BINARY and len(node.input) == 2:
+        data = []
+        for name in node.input:
+            value = read_tensor(name)
+            if value is None:
+                data.append(name)
+            elif value.size != 1:
+                shape = (1,) * (region.rank - value.ndim) + value.shape
+                if (value.ndim > region.rank or shape[1] != region.channels
+                        or any(n != 1 for axis, n in enumerate(shape) if axis != 1) or not only_reader(name, node)):
+                    return False
+                region.operands[name] = BINARY[op]
+        if not data:
+            return False
+    else:
+        return False
+    region.channelwise[_label(node)] = node
+    work.extend(data)
+    work.append(output)
+    return True
+
+
+def _apply(region: _Region, to: int, read_tensor, write_tensor) -> None:
+    extra = to - region.channels
+
+    def padded(name: str, axis: int, value: float = 0.0):
+        array = np.asarray(read_tensor(name))
+        width = [(0, 0)] * array.ndim
+        width[axis] = (0, extra)
+        write_tensor(name, np.pad(array, width, constant_values=np.asarray(value, array.dtype)))
+
+    for node in list(region.out_rows.values()) + list(region.depthwise.values()):
+        padded(node.input[1], 0)
+        if len(node.input) > 2 and node.input[2]:
+            padded(node.input[2], 0)
+    for node in region.in_columns.values():
+        padded(node.input[1], 1)
+    for name, value in region.operands.items():  # broadcast from the right: axis 1 of the region's rank
+        padded(name, np.asarray(read_tensor(name)).ndim - region.rank + 1, value)
+    for node in region.depthwise.values():
+        for attribute in node.attribute:
+            if attribute.name == "group":
+                attribute.i = to
+
