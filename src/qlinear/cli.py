@@ -419,6 +419,8 @@ def _add_bench(commands) -> None:
                    help="--conv: weights in [-64, 63] (default) or the whole int8 range")
     p.add_argument("--min-time", type=float, default=0.2, metavar="S",
                    help="--conv: seconds of runs per measurement, the best counts (default 0.2)")
+    p.add_argument("--rounds", type=int, default=2, metavar="N",
+                   help="--conv: rounds alternating onnxruntime and qlinear, the best of all counts (default 2)")
     p.set_defaults(run=_run_bench)
 
 
@@ -433,6 +435,8 @@ def _run_bench(args) -> int:
             raise UserError(f"--threads: each count must lie in [1, {top}] (NUMBA_NUM_THREADS caps it), got {bad[0]}")
         if args.min_time <= 0:
             raise UserError(f"--min-time must be positive, got {args.min_time}")
+        if args.rounds < 1:
+            raise UserError(f"--rounds must be at least 1, got {args.rounds}")
         if args.case or args.no_jit or args.sizes != ["64K", "1M", "16M", "64M"]:
             raise UserError("--case, --sizes and --no-jit choose element-wise cases; --conv takes --filter")
         from .bench_conv import main as conv_main

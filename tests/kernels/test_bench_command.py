@@ -45,10 +45,21 @@ def test_bench_conv_times_the_layers_at_each_thread_count(tmp_path, capsys):
     assert "mobilenetv2 dw3x3 960/1 @7" in capsys.readouterr().out
 
 
+def test_bench_conv_keeps_the_best_time_of_its_alternating_rounds(monkeypatch):
+    from qlinear import bench_conv
+
+    given = iter([{"mobilenetv2 dw3x3 960/1 @7|1": 0.003}, {"mobilenetv2 dw3x3 960/1 @7|1": 0.001},
+                  {"mobilenetv2 dw3x3 960/1 @7|1": 0.002}])
+    monkeypatch.setattr(bench_conv, "time_qlinear", lambda *args: next(given))
+    results = bench_conv.run("dw3x3 960", [1], peer=False, rounds=3)
+    assert results["rounds"] == 3 and results["rows"][0]["qlinear_1t_ms"] == 1.0
+
+
 def test_bench_conv_refuses_what_it_cannot_time(capsys):
     for args, message in ((["--filter", "no such layer"], "no layer's name contains 'no such layer'"),
                           (["--threads", "0"], "--threads: each count must lie in [1, "),
                           (["--min-time", "0"], "--min-time must be positive"),
+                          (["--rounds", "0"], "--rounds must be at least 1"),
                           (["--case", "Q"], "--conv takes --filter")):
         assert main(["bench", "--conv", *args]) == 2
         err = capsys.readouterr().err
