@@ -130,7 +130,9 @@ QuantizeLinear -> DequantizeLinear pairs too. --target onnxruntime (default) pla
 onnxruntime's CPU provider fuses them into int8 kernels (Conv, MatMul, Gemm and the Add, Mul, Concat,
 pooling, Sigmoid, Softmax and value-moving operators around them), leaving other operators float
 with one conversion at each edge of a float island, and a convolution that reads a model input of
-at most 4 channels (an image) float, with a depthwise convolution right after it; --target qdq-portable puts a pair around every
+at most 4 channels (an image) float, with a depthwise convolution right after it, and gives each int8
+depthwise convolution zero channels up to a multiple of 16 (onnxruntime's vectorized kernel needs
+it; every real channel computes the same); --target qdq-portable puts a pair around every
 operator a QDQ runtime may fuse (TensorRT, OpenVINO). The report times the float and the quantized
 model in onnxruntime on 1 and 2 threads (--no-latency skips it) and says which nodes its optimized
 graph runs on the codes. Each layer's bias is then corrected so that its outputs' per-channel mean on
