@@ -29,6 +29,8 @@ from .formats.onnx_constants import stored_constants
 
 LAYERS = ("Conv", "ConvTranspose", "Gemm")
 DELTA = "__qlinear_bias_delta"
+SAMPLES = 16  # calibration samples the output means are measured on, at most (fewer where their waiting runs
+# would hold more than `HELD_BYTES`)
 
 
 @dataclass
@@ -230,3 +232,27 @@ def _pulled(generator):
         return waiting.pop(name)
 
     return take
+
+
+def corrected(quantized, reference, data, folders=(None, None)) -> dict:
+    """`correct` of the written model ``quantized`` against the float model ``reference`` on the first `SAMPLES`
+    samples of ``data`` (an iterable of feeds dicts); the report's entry: the layers moved, or why none was.
+    ``folders``: where each model's external data files are (the quantized one's written so far)."""
+    import itertools
+    import time
+
+    from . import report
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"note": "onnxruntime is not installed (pip install onnxruntime)"}
+    start = time.perf_counter()
+    samples = list(itertools.islice(data, SAMPLES))
+    found = layers(quantized, reference)
+    with report.progress(len(found), "correcting the biases", unit="layers") as advance:
+        try:
+            moved, used = correct(quantized, reference, samples, found, advance, folders)
+        except Exception as error:  # noqa: BLE001 (onnxruntime's: an operator or type it lacks; nothing moved)
+            return {"note": f"onnxruntime cannot run the quantized model ({str(error).splitlines()[0][:200]})"}
+    return {"samples": used, "layers": moved, "seconds": round(time.perf_counter() - start, 2)}

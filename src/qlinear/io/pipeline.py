@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes, mx
 from ..granularity import Granularity
-from . import evaluation, latency, report, select, static_quantization, streaming, weight_rounding
+from . import bias_correction, evaluation, latency, report, select, static_quantization, streaming, weight_rounding
 from .atomic import atomic_files, atomic_output, atomic_store
 from .calibration import calibrate_tensor
 from .errors import UserError
@@ -462,6 +462,11 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             weight_plan = weight_rounding.Rounding(model, choices, settings)
         outcomes = weight_plan.run(model, rounding_data)
 
+    # Weights only, with samples: the float model the biases are corrected against (`bias_correction`).
+    weights_reference = None
+    if static_plan is None and settings.weight_data and settings.bias_correction:
+        weights_reference = import_onnx().ModelProto()
+        weights_reference.CopyFrom(model.model)
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
     rows = []
@@ -489,6 +494,15 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             corrected = static_quantization.correct_biases(
                 model.model, static_plan, static,
                 (model.data_folder, temporaries[-1].parent if external is not None else None))
+        weights_corrected = ({"note": "--no-bias-correction"}
+                             if static_plan is None and settings.weight_data and not settings.bias_correction else None)
+        if weights_reference is not None:
+            if external is not None:
+                files[0].flush()  # the correction's runs read the data written so far
+            weights_corrected = bias_correction.corrected(
+                model.model, weights_reference,
+                static_quantization.CalibrationData.open(list(settings.weight_data), input_names),
+                (model.data_folder, temporaries[-1].parent if external is not None else None))
         gathers = gather_tables.rewrite(model.model) if settings.target == "onnxruntime" else []
         writer.dequantize_nodes -= len(gathers)
         per_run = placement_onnxruntime.dequantized_per_run(model.model) if settings.target == "onnxruntime" else 0
@@ -508,6 +522,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                             "gather_block_quantized": gathers, "dequantized_per_run": per_run}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
+        if weights_corrected is not None:
+            summary["bias_correction"] = weights_corrected
         if static_plan is not None:
             output_names = [o.name for o in model.model.graph.output]
             # The float model as quantized (opset raised, batch norms folded): its tensors are the quantized one's.

@@ -255,6 +255,8 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
             console.print(f"opset conversion: {conversion['note']}")
         if report.get("activations"):
             _show_activations(console, report["activations"])
+        if report.get("bias_correction") is not None:  # weights only, with samples
+            _show_bias_correction(console, report["bias_correction"])
         _show_accuracy(console, model)
         if "latency" in model:
             _show_latency(console, model["latency"])
@@ -307,6 +309,16 @@ def _show_comparison(console, report: dict) -> None:
 SHOWN_LAYERS = 12  # the worst activations the table shows (--json has them all)
 
 
+def _show_bias_correction(console, corrected: dict) -> None:
+    if "note" in corrected:
+        console.print(f"bias correction: not run ({corrected['note']})")
+        return
+    moved = corrected["layers"]
+    largest = max((row["max_abs_shift"] for row in moved), default=0.0)
+    console.print(f"bias correction: {len(moved)} layers' biases moved to the float model's output means on "
+                  f"{corrected['samples']} samples (largest shift {largest:.3g}; {corrected['seconds']:.1f} s)")
+
+
 def _show_activations(console, activations: dict) -> None:
     """Static quantization: what was folded, calibrated and kept, and the per-layer SQNR, worst first."""
     from rich.table import Table
@@ -327,15 +339,8 @@ def _show_activations(console, activations: dict) -> None:
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
                   f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")
-    corrected = activations.get("bias_correction")
-    if corrected is not None:
-        if "note" in corrected:
-            console.print(f"bias correction: not run ({corrected['note']})")
-        else:
-            moved = corrected["layers"]
-            largest = max((row["max_abs_shift"] for row in moved), default=0.0)
-            console.print(f"bias correction: {len(moved)} layers' biases moved to the float model's output means on "
-                          f"{corrected['samples']} samples (largest shift {largest:.3g}; {corrected['seconds']:.1f} s)")
+    if activations.get("bias_correction") is not None:
+        _show_bias_correction(console, activations["bias_correction"])
     layers = activations["per_layer"]
     if not layers["samples"]:
         console.print("per-layer SQNR: not measured (--report-samples 0)")

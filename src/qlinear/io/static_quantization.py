@@ -17,7 +17,6 @@ the weights (`pipeline.quantize_onnx` runs these steps when ``--calibrate`` is g
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,33 +224,14 @@ def write_activations(model, writer, plan_: Plan, static: StaticSettings) -> int
                                          writer.taken, _unique, plan_.placed.scale_folds)
 
 
-BIAS_SAMPLES = 16  # calibration samples the bias correction measures the output means on, at most (fewer where
-# their waiting runs would hold more than `bias_correction.HELD_BYTES`)
-
-
 def correct_biases(quantized, plan_: Plan, static: StaticSettings, folders=(None, None)) -> dict:
-    """`bias_correction.correct` of the written model against ``plan_.float_model`` on the first `BIAS_SAMPLES`
-    calibration samples; the report's entry (the layers moved, or why none was). ``folders``: where each
-    model's external data files are (the quantized one's written so far)."""
-    import itertools
-
+    """`bias_correction.corrected` of the written model against ``plan_.float_model`` on the calibration samples,
+    unless --no-bias-correction."""
     from . import bias_correction
 
     if not static.bias_correction:
         return {"note": "--no-bias-correction"}
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return {"note": "onnxruntime is not installed (pip install onnxruntime)"}
-    start = time.perf_counter()
-    samples = list(itertools.islice(plan_.data, BIAS_SAMPLES))
-    found = bias_correction.layers(quantized, plan_.float_model)
-    with report.progress(len(found), "correcting the biases", unit="layers") as advance:
-        try:
-            moved, used = bias_correction.correct(quantized, plan_.float_model, samples, found, advance, folders)
-        except Exception as error:  # noqa: BLE001 (onnxruntime's: an operator or type it lacks; nothing moved)
-            return {"note": f"onnxruntime cannot run the quantized model ({str(error).splitlines()[0][:200]})"}
-    return {"samples": used, "layers": moved, "seconds": round(time.perf_counter() - start, 2)}
+    return bias_correction.corrected(quantized, plan_.float_model, plan_.data, folders)
 
 
 REPORT_SAMPLES = 16  # the per-layer report's samples at most, by default ...
