@@ -154,7 +154,7 @@ def test_quantized_padded_model_gives_the_codes_of_the_unpadded_one(tmp_path, ca
 def test_the_report_says_what_was_padded(tmp_path, capsys):
     _quantize(tmp_path, "shown")
     out = capsys.readouterr().out
-    assert "zero channels for onnxruntime's depthwise kernel: 1 regions (24->32 channels)" in out
+    assert "zero channels for onnxruntime's depthwise kernel: 1 region (24->32 channels)" in out
 
 
 def test_qdq_portable_is_not_padded(tmp_path, capsys):

@@ -21,10 +21,13 @@ is set.
 
 from __future__ import annotations
 
+import itertools
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import report
 from .formats.onnx_constants import stored_constants
 
 LAYERS = ("Conv", "ConvTranspose", "Gemm")
@@ -238,11 +241,6 @@ def corrected(quantized, reference, data, folders=(None, None)) -> dict:
     """`correct` of the written model ``quantized`` against the float model ``reference`` on the first `SAMPLES`
     samples of ``data`` (an iterable of feeds dicts); the report's entry: the layers moved, or why none was.
     ``folders``: where each model's external data files are (the quantized one's written so far)."""
-    import itertools
-    import time
-
-    from . import report
-
     try:
         import onnxruntime  # noqa: F401
     except ImportError:

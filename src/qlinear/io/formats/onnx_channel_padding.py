@@ -50,7 +50,6 @@ class _Region:
     in_columns: dict[str, object] = field(default_factory=dict)  # dense Conv reading the region: pad its inputs
     depthwise: dict[str, object] = field(default_factory=dict)
     operands: dict[str, float] = field(default_factory=dict)  # per-channel constant -> what it is padded with
-    channelwise: dict[str, object] = field(default_factory=dict)
 
 
 def _label(node) -> str:
@@ -159,7 +158,7 @@ def _through(node, output: str, region: _Region, work: list, read_tensor, only_r
         data = [node.input[0]]
         if op == "Clip" and any(name and read_tensor(name) is None for name in node.input[1:]):
             return False
-        if op not in ("Clip",) and len(node.input) > 1:
+        if op != "Clip" and len(node.input) > 1:
             return False
     elif op in BINARY and len(node.input) == 2:
         data = []
@@ -177,7 +176,6 @@ def _through(node, output: str, region: _Region, work: list, read_tensor, only_r
             return False
     else:
         return False
-    region.channelwise[_label(node)] = node
     work.extend(data)
     work.append(output)
     return True
