@@ -131,8 +131,9 @@ def _quantize(tmp_path, name: str, *extra: str) -> tuple[dict, str]:
         onnx.save(_block(), str(source))
         np.savez(tmp_path / "cal.npz", x=_inputs(16, 2))
     output = tmp_path / f"{name}.onnx"
+    samples = [] if "--report-samples" in extra else ["--report-samples", "0"]
     code = main(["quantize", str(source), "--dtype", "int8", "--calibrate", str(tmp_path / "cal.npz"),
-                 "-o", str(output), "--no-eval", "--report-samples", "0", "--no-latency", *extra])
+                 "-o", str(output), "--no-eval", "--no-latency", *samples, *extra])
     assert code == 0
     return output
 
@@ -162,3 +163,16 @@ def test_qdq_portable_is_not_padded(tmp_path, capsys):
     assert "padded" not in json.loads(capsys.readouterr().out)["activations"]["folded"]
     weights = {t.name: t.dims for t in onnx.load(str(output)).graph.initializer}
     assert [d for name, d in weights.items() if name.startswith("dw_w")][0][0] == C
+
+
+def test_the_per_layer_report_compares_the_real_channels_alone(tmp_path, capsys, monkeypatch):
+    """The report's SQNR is the unpadded model's, to the bit: a zero channel holds what a hard swish's ``x + 3``
+    makes of 0 (3, quantized) and would count as signal."""
+    _quantize(tmp_path, "padded", "--report-samples", "4", "--json")
+    padded = json.loads(capsys.readouterr().out)["activations"]["per_layer"]
+    monkeypatch.setattr(onnx_channel_padding, "MULTIPLE", 1)
+    _quantize(tmp_path, "unpadded", "--report-samples", "4", "--json")
+    unpadded = json.loads(capsys.readouterr().out)["activations"]["per_layer"]
+    rows = {row["tensor"]: row["sqnr_db"] for row in unpadded["layers"]}
+    assert len(rows) > 5 and {row["tensor"]: row["sqnr_db"] for row in padded["layers"]} == rows
+    assert padded["outputs"] == unpadded["outputs"]

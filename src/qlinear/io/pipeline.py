@@ -649,8 +649,9 @@ def _pad_depthwise(source: Path, model, feeds, plan_, folder: Path) -> dict:
     original = onnx.ModelProto()
     original.CopyFrom(model.model)
     padded = model.pad_depthwise(plan_.placed.anchors)
-    result = {"layers": [{"depthwise": p.depthwise, "channels": p.channels, "to": p.to, "tensors": p.tensors}
+    result = {"layers": [{"depthwise": p.depthwise, "channels": p.channels, "to": p.to, "tensors": len(p.tensors)}
                          for p in padded]}
+    plan_.real_channels = {name: p.channels for p in padded for name in p.tensors}
     if padded:
         result.update(_still_computes(source, original, model, feeds, folder,
                                       f"padding {len(padded)} depthwise convolutions with zero channels",

@@ -38,7 +38,7 @@ class Padded:
     depthwise: list[str]  # the depthwise convolutions' names
     channels: int
     to: int
-    tensors: int  # how many tensors carry the zero channels
+    tensors: list[str]  # the tensors that carry the zero channels (after the real ones, on axis 1)
 
 
 @dataclass
@@ -137,7 +137,7 @@ def pad_depthwise(model, read_tensor, write_tensor, names: set[str] | None = Non
         to = -(-channels // MULTIPLE) * MULTIPLE
         _apply(region, to, read_tensor, write_tensor)
         padded_tensors |= region.tensors
-        done.append(Padded(sorted(region.depthwise), channels, to, len(region.tensors)))
+        done.append(Padded(sorted(region.depthwise), channels, to, sorted(region.tensors)))
     if done:
         kept = [v for v in graph.value_info if v.name not in padded_tensors]  # their shapes changed
         del graph.value_info[:]
