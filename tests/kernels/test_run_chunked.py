@@ -30,8 +30,9 @@ class Kernel:
     the calling thread waits (up to 10 s) until a chunk runs on another thread: a test that expects a helper
     then does not depend on how fast one wakes, and one that never comes shows as a single thread."""
 
-    def __init__(self, seconds_per_item: float = 0.0, meet: bool = False):
+    def __init__(self, seconds_per_item: float = 0.0, meet: bool = False, helper_seconds: float = 0.0):
         self.seconds_per_item = seconds_per_item
+        self.helper_seconds = helper_seconds  # a helper's chunk sleeps this long: it cannot take every chunk
         self.ranges: list[tuple[int, int, int]] = []
         self.lock = threading.Lock()
         self.meet = meet
@@ -44,6 +45,7 @@ class Kernel:
         with self.lock:
             self.ranges.append((int(start), int(stop), threading.get_ident()))
         if threading.get_ident() != self.caller:
+            time.sleep(self.helper_seconds)
             self.helper_ran.set()
         elif self.meet:
             self.helper_ran.wait(10)
@@ -114,9 +116,12 @@ def test_split_always_splits_small_calls(two_threads, monkeypatch):
 
 
 def test_the_rate_kept_is_the_least_seen(two_threads):
-    kernel = Kernel()
+    # A helper that woke first could take both chunks (a descheduled vCPU: seen once in CI) and leave the caller
+    # nothing to time; its chunk sleeping 0.2 s leaves the caller one.
+    kernel = Kernel(helper_seconds=0.2)
     threads._rates[kernel] = 1e-3
     threads.run_chunked(kernel, 2)  # predicted 2 ms: split, the caller's chunk timed
+    assert any(t == kernel.caller for _, _, t in kernel.ranges)
     assert threads._rates[kernel] < 1e-3
 
 
