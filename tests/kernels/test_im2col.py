@@ -80,6 +80,11 @@ CASES = [
     ((2, 3, 6, 30), (4, 3, 3, 3), 1, (1, 1), (2, 2), (2, 2), (2, 2)),  # stride 1, wide: virtual columns, dilated
     ((2, 6, 40, 33), (5, 6, 1, 1), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # 1x1 unpadded: input used in place
     ((2, 4, 23, 19), (6, 2, 5, 5), 2, (2, 3), (2, 1), (2, 1), (3, 2)),  # strided 5x5: phase-split input
+    # stride 1 with symmetric weights (the test's second half): the direct path's interleaved input
+    ((2, 12, 20, 21), (8, 6, 3, 3), 2, (1, 1), (1, 1), (1, 1), (1, 1)),  # groups of 6 channels (padded to 8)
+    ((3, 7, 17, 40), (9, 7, 3, 5), 1, (1, 1), (1, 2), (0, 3), (2, 1)),  # uneven pads, dilated
+    ((1, 5, 4, 7, 30), (4, 5, 3, 2, 3), 1, (1, 1, 1), (1, 1, 1), (1, 0, 1), (1, 1, 1)),  # 3-D
+    ((2, 9, 33, 37), (3, 9, 3, 3), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # unpadded: the last rows' short runs
 ]
 
 
@@ -103,6 +108,27 @@ def test_conv_matches_direct_int64(path, case, xdt, wdt):
     packed0 = im2col.prepack_conv(w, wdt(0) if wdt == I8 else wdt(128), group)
     np.testing.assert_array_equal(im2col.conv(x2, za, packed0, None, g, path=path),
                                   direct_conv(x2, za, w, 0 if wdt == I8 else 128, None, group, strides, dil, pb, pe))
+
+
+@pytest.mark.parametrize("zw, taps, direct", [(0, 3, True), (3, 3, False), (0, 1, False)])
+def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, monkeypatch, zw, taps, direct):
+    """Stride 1, symmetric weights and more than one tap: the GEMM reads the interleaved input itself
+    (kind direct_gemm), with the bits of the packed im2col path (the same call with the direct path off)."""
+    rng = np.random.default_rng(7)
+    x = rand(rng, (2, 10, 30, 31), U8)
+    w = rng.integers(-20, 21, (12, 10, taps, taps)).astype(np.int8)  # byte pairs fit avx2ub
+    packed = im2col.prepack_conv(w, np.int8(zw), 1)
+    g = geo((1, 1), (1, 1), (taps // 2,) * 2, (taps // 2,) * 2)
+    launch = im2col.prepare(x.shape, x.dtype, 5, packed, None, g, path=path)
+    want_kind = "direct_gemm" if direct and path != "blas" else launch.kind
+    assert launch.kind == want_kind
+    got = launch.run(x)
+    monkeypatch.setattr(im2col, "_DIRECT", False)
+    other = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    assert other.kind != "direct_gemm"
+    np.testing.assert_array_equal(got, other.run(x))
+    np.testing.assert_array_equal(got, direct_conv(x, 5, w, zw, None, 1, (1, 1), (1, 1), (taps // 2,) * 2,
+                                                   (taps // 2,) * 2))
 
 
 def test_every_width_of_the_last_pixel_panel(path):
@@ -712,6 +738,13 @@ def test_other_paths_convolve_like_direct_int64(other):
         bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
         got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), bias, geo(strides, dil, pb, pe), path=other)
         np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe))
+    # symmetric weights at stride 1: the direct path's interleaved input (int16 pairs on this path)
+    for case in (CASES[0], CASES[14], CASES[17]):
+        xs, ws, group, strides, dil, pb, pe = case
+        x, w, za = rand(rng, xs, I8), rand(rng, ws, I8), rand(rng, (), I8)
+        got = im2col.conv(x, za, im2col.prepack_conv(w, np.int8(0), group), None, geo(strides, dil, pb, pe),
+                          path=other)
+        np.testing.assert_array_equal(got, direct_conv(x, za, w, 0, None, group, strides, dil, pb, pe))
 
 
 def _byte_pair_weights(rng, shape, wdt, zw):

@@ -18,7 +18,7 @@ from qlinear.kernels._atomics import fetch_add, load_acquire, store_release
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
-from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual
+from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual
 
 
 @njit(cache=True, inline="always")
@@ -213,6 +213,81 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
                     pass
             _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+'''
+
+
+# The convolution's direct path (stride 1 over virtual columns, weight zero points 0): no im2col. The input is
+# padded and interleaved by channels once, 4 or 2 to a K step (im2col.ConvLaunch), so K step (channel group, tap) of a panel's
+# NR virtual columns is one contiguous run of the interleaved input, at the offset qtab[s] from the panel's first
+# column: the table microkernels read it there. Every task is one GEMM block; nothing waits for a packer.
+DIRECT_TEMPLATE = '''
+_MKT_{name} = make_microkernel(*_config("{path}", False), q_table=True)
+_MKTH_{name} = make_microkernel(*_config("{path}", False, half=True), q_table=True)
+_MKT1_{name} = make_microkernel(*_config("{path}", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = {mr}
+    nr = {nr}
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + {mr} - 1) // {mr}
+    npn = (n_total + {nr} - 1) // {nr}
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
 '''
 
 
@@ -435,6 +510,74 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
             _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
+_MKT_avx512vnni_s = make_microkernel(*_config("avx512vnni", False), q_table=True)
+_MKTH_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, half=True), q_table=True)
+_MKT1_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = 8
+    nr = 32
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + 8 - 1) // 8
+    npn = (n_total + 32 - 1) // 32
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
+
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
 _MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
 _MK1_avxvnni_u = make_microkernel(*_config("avxvnni", True, one_row=True))
@@ -640,6 +783,74 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
                     pass
             _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+
+_MKT_avxvnni_s = make_microkernel(*_config("avxvnni", False), q_table=True)
+_MKTH_avxvnni_s = make_microkernel(*_config("avxvnni", False, half=True), q_table=True)
+_MKT1_avxvnni_s = make_microkernel(*_config("avxvnni", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = 6
+    nr = 16
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + 6 - 1) // 6
+    npn = (n_total + 16 - 1) // 16
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
 _MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
@@ -847,6 +1058,74 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
             _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
+_MKT_avx512bw_s = make_microkernel(*_config("avx512bw", False), q_table=True)
+_MKTH_avx512bw_s = make_microkernel(*_config("avx512bw", False, half=True), q_table=True)
+_MKT1_avx512bw_s = make_microkernel(*_config("avx512bw", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = 8
+    nr = 32
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + 8 - 1) // 8
+    npn = (n_total + 32 - 1) // 32
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
+
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
 _MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
 _MK1_avx2ub_u = make_microkernel(*_config("avx2ub", True, one_row=True))
@@ -1052,6 +1331,74 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
                     pass
             _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+
+_MKT_avx2ub_s = make_microkernel(*_config("avx2ub", False), q_table=True)
+_MKTH_avx2ub_s = make_microkernel(*_config("avx2ub", False, half=True), q_table=True)
+_MKT1_avx2ub_s = make_microkernel(*_config("avx2ub", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = 4
+    nr = 16
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + 4 - 1) // 4
+    npn = (n_total + 16 - 1) // 16
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 _MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
@@ -1259,6 +1606,74 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
             _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
+_MKT_avx2_s = make_microkernel(*_config("avx2", False), q_table=True)
+_MKTH_avx2_s = make_microkernel(*_config("avx2", False, half=True), q_table=True)
+_MKT1_avx2_s = make_microkernel(*_config("avx2", False, one_row=True), q_table=True)
+
+
+@njit(cache=True, inline="always")
+def _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
+                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
+                         out32, out8):
+    mr = 6
+    nr = 16
+    mp = (m_total + mr - 1) // mr
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (mp + mb - 1) // mb
+    ib = t % n_mblocks
+    jb = t // n_mblocks
+    i_lo = ib * mb
+    i_hi = min(mp, i_lo + mb)
+    j_lo = jb * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * nr
+    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
+    accrow = np.empty(ldc, np.int32)
+    one_row = (m_total - 1) % mr == 0
+    for jp in range(j_lo, j_hi):
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        img = jp // pan_per_img
+        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
+        for ip in range(i_lo, i_hi):
+            if one_row and ip == mp - 1:
+                _MKT1_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+    i0 = i_lo * mr
+    j0 = j_lo * nr
+    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
+              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              row_off, col_off, out32, out8, accrow)
+
+
+@njit(cache=True, parallel=True)
+def conv_direct_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_fill, geo, qtab, q_img,
+                       pan_per_img, chan_off, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                       qmax, row_off, col_off, out32, out8):
+    mp = (m_total + 6 - 1) // 6
+    npn = (n_total + 16 - 1) // 16
+    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
+    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    for _worker in prange(n_workers):
+        while True:
+            t = fetch_add(claim, 0, 1)
+            if t >= n_tasks:
+                break
+            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
+                _interleave_plane(xq, x, t, geo)
+                fetch_add(claim, 1, 1)
+                continue
+            while load_acquire(claim, 1) < n_fill:
+                pass
+            _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
+                                 qmax, row_off, col_off, out32, out8)
+
 
 GEMM_DRIVERS = {
     "avx512vnni": gemm_tiles_avx512vnni_u,
@@ -1276,6 +1691,14 @@ CONV_DRIVERS = {
     "avx2": conv_tiles_avx2_s,
 }
 
+CONV_DIRECT_DRIVERS = {
+    "avx512vnni": conv_direct_avx512vnni_s,
+    "avxvnni": conv_direct_avxvnni_s,
+    "avx512bw": conv_direct_avx512bw_s,
+    "avx2ub": conv_direct_avx2ub_s,
+    "avx2": conv_direct_avx2_s,
+}
+
 
 if __name__ == "__main__":  # regenerate the copies from the templates
     import pathlib
@@ -1291,8 +1714,11 @@ if __name__ == "__main__":  # regenerate the copies from the templates
             name = f"{path}_{'u' if bu else 's'}"
             parts.append(BLOCK_TEMPLATE.format(name=name, path=path, bcast_unsigned=bu, mr=mr, nr=nv * lanes))
             parts.append((GEMM_TEMPLATE if bu else CONV_TEMPLATE).format(name=name, mr=mr, nr=nv * lanes, g=g))
+            if not bu:
+                parts.append(DIRECT_TEMPLATE.format(name=name, path=path, mr=mr, nr=nv * lanes))
     table = "".join(f'    "{p}": gemm_tiles_{p}_u,\n' for p in paths)
     conv_table = "".join(f'    "{p}": conv_tiles_{p}_s,\n' for p in paths)
+    direct_table = "".join(f'    "{p}": conv_direct_{p}_s,\n' for p in paths)
     tail = text[text.index("\n\nif __name__"):]
     here.write_text(head + "".join(parts) + "\n\nGEMM_DRIVERS = {\n" + table + "}\n\nCONV_DRIVERS = {\n" + conv_table
-                    + "}\n" + tail)
+                    + "}\n\nCONV_DIRECT_DRIVERS = {\n" + direct_table + "}\n" + tail)

@@ -305,3 +305,75 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                         colsum[cs + t] += tot
         for ln in range(valid, nr):
             packed[dst0 + ln] = 0
+
+
+
+@njit(cache=True)
+def _interleave_plane(xq, x, t, geo):
+    """Plane t of the direct path's input (see _drivers.DIRECT_TEMPLATE): for convolution group q and channel
+    group j (t = q * cgp // g + j), x's channels q*cg + j*g ... + g-1 padded and interleaved, one int32 group
+    of g bytes (4) or int16 halves (2) per padded position, at xq[t * pitch:]. Channels past the group's cg
+    repeat its last one (their weights are 0); padding holds the zero point; int8 bits are flipped to uint8.
+
+    geo: (cg, g, cgp, d, h, w, dp, hp, wp, p0, p1, p2, pitch, flip, zau, planes) of x (planes = N * C). An
+    input row is read as whole 32-lane runs that may spill up to 31 groups past the row: the pads are
+    written after them, the next row after that, and pitch leaves 32 groups past the plane (another
+    thread's plane is never touched). The last plane also zeroes xq's slack."""
+    use_512_bit_vectors()
+    cg, g, cgp, d, h, w = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
+    dp, hp, wp, p0, p1, p2, pitch = geo[6], geo[7], geo[8], geo[9], geo[10], geo[11], geo[12]
+    flip, zau, planes = geo[13], geo[14], geo[15]
+    xsize = x.size
+    per_q = cgp // g
+    q = t // per_q
+    j = t - q * per_q
+    last = q * cg + cg - 1
+    dhw = d * h * w
+    a0 = min(q * cg + j * g, last) * dhw
+    a1 = min(q * cg + j * g + 1, last) * dhw
+    a2 = min(q * cg + j * g + 2, last) * dhw
+    a3 = min(q * cg + j * g + 3, last) * dhw
+    top = max(a0, a1, a2, a3) if g == 4 else max(a0, a1)
+    if g == 4:
+        zword = np.int32(np.uint32(zau) * np.uint32(0x01010101))
+        fword = np.int32(np.uint32(flip) * np.uint32(0x01010101))
+    else:
+        zword = np.int32(np.uint32(zau) | (np.uint32(zau) << np.uint32(16)))
+        fword = np.int32(np.uint32(flip) | (np.uint32(flip) << np.uint32(16)))
+    base = t * pitch
+    for zz in range(dp):
+        zi = zz - p0
+        for yy in range(hp):
+            yi = yy - p1
+            row = base + (zz * hp + yy) * wp
+            if zi < 0 or zi >= d or yi < 0 or yi >= h:
+                r = xq[row:row + wp]
+                for i in range(wp):
+                    r[i] = zword
+                continue
+            src = zi * h * w + yi * w
+            o = row + p2
+            for c in range(0, w, 32):
+                if top + src + c + 32 <= xsize:
+                    if g == 4:
+                        pack_quad32(xq, o + c, x, a0 + src + c, a1 + src + c, a2 + src + c, a3 + src + c)
+                    else:
+                        pack_pair32(xq, o + c, x, a0 + src + c, a1 + src + c)
+                elif g == 4:
+                    _quad_run(xq, o + c, x, a0 + src + c, a1 + src + c, a2 + src + c, a3 + src + c, 1,
+                              min(32, w - c))
+                else:
+                    _pair_run(xq, o + c, x, a0 + src + c, a1 + src + c, 1, min(32, w - c))
+            if flip:
+                r = xq[o:o + w]
+                for i in range(w):
+                    r[i] ^= fword
+            r = xq[row:row + p2]
+            for i in range(p2):
+                r[i] = zword
+            r = xq[o + w:row + wp]
+            for i in range(wp - p2 - w):
+                r[i] = zword
+    if t == planes // cg * per_q - 1:
+        for i in range((t + 1) * pitch, xq.size):
+            xq[i] = 0

@@ -38,13 +38,16 @@ OPS = {
 
 
 def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool, q_pitch: int | None = None,
-                     p_pitch: int | None = None):
+                     p_pitch: int | None = None, q_table: bool = False):
     """Return a numba intrinsic ``mk(P, p_off, Q, q_off, ksteps, C, c_off, ldc)``.
 
     P, Q, C are 1-D int32 arrays; the tile is written to ``C[c_off + r*ldc + n]`` for r < mr, n < nv*L.
     ``bcast_unsigned`` (dpbusd only) says which operand holds the unsigned bytes. ``q_pitch``: Q's int32 groups
     per K step (default nv*L; wider for a kernel that computes only the first columns of a panel). ``p_pitch``:
     P's int32 groups per K step (default mr; wider for a kernel that computes only the first rows of a panel).
+    ``q_table``: ``mk(P, p_off, Q, q_off, qtab, ksteps, C, c_off, ldc)`` reads K step s's vectors at
+    ``Q[q_off + qtab[s]:]`` (int64 offsets) instead of ``Q[q_off + s * q_pitch:]``: the convolution's direct
+    path, whose Q is the channel-interleaved input itself, so that no im2col panel is packed.
     """
     lanes, llvm_name, kind = OPS[op]
     nr = nv * lanes
@@ -55,80 +58,93 @@ def make_microkernel(op: str, mr: int, nv: int, bcast_unsigned: bool, q_pitch: i
     vec = ir.VectorType(i32, lanes)
     vec16 = ir.VectorType(ir.IntType(16), 2 * lanes)
 
-    @intrinsic
-    def microkernel(typingctx, P, p_off, Q, q_off, ksteps, C, c_off, ldc):
-        sig = types.void(P, p_off, Q, q_off, ksteps, C, c_off, ldc)
-
-        def codegen(context, builder, signature, args):
+    def codegen(context, builder, signature, args):
+        if q_table:
+            p_arr, p_off_v, q_arr, q_off_v, t_arr, ks_v, c_arr, c_off_v, ldc_v = args
+            sa = signature.args[:4] + signature.args[5:]
+            t_ptr = context.make_array(signature.args[4])(context, builder, t_arr).data
+        else:
             p_arr, p_off_v, q_arr, q_off_v, ks_v, c_arr, c_off_v, ldc_v = args
             sa = signature.args
-            p_ptr = context.make_array(sa[0])(context, builder, p_arr).data
-            q_ptr = context.make_array(sa[2])(context, builder, q_arr).data
-            c_ptr = context.make_array(sa[5])(context, builder, c_arr).data
-            p_off_v = context.cast(builder, p_off_v, sa[1], types.int64)
-            q_off_v = context.cast(builder, q_off_v, sa[3], types.int64)
-            ks_v = context.cast(builder, ks_v, sa[4], types.int64)
-            c_off_v = context.cast(builder, c_off_v, sa[6], types.int64)
-            ldc_v = context.cast(builder, ldc_v, sa[7], types.int64)
+        p_ptr = context.make_array(sa[0])(context, builder, p_arr).data
+        q_ptr = context.make_array(sa[2])(context, builder, q_arr).data
+        c_ptr = context.make_array(sa[5])(context, builder, c_arr).data
+        p_off_v = context.cast(builder, p_off_v, sa[1], types.int64)
+        q_off_v = context.cast(builder, q_off_v, sa[3], types.int64)
+        ks_v = context.cast(builder, ks_v, sa[4], types.int64)
+        c_off_v = context.cast(builder, c_off_v, sa[6], types.int64)
+        ldc_v = context.cast(builder, ldc_v, sa[7], types.int64)
 
-            module = builder.module
-            vec8 = ir.VectorType(ir.IntType(8), 4 * lanes)
-            if kind == "dpbusd":
-                fnty = ir.FunctionType(vec, [vec, vec, vec])
-            elif kind == "maddubs":
-                fnty = ir.FunctionType(vec16, [vec8, vec8])
+        module = builder.module
+        vec8 = ir.VectorType(ir.IntType(8), 4 * lanes)
+        if kind == "dpbusd":
+            fnty = ir.FunctionType(vec, [vec, vec, vec])
+        elif kind == "maddubs":
+            fnty = ir.FunctionType(vec16, [vec8, vec8])
+        else:
+            fnty = ir.FunctionType(vec, [vec16, vec16])
+        fn = cgutils.get_or_insert_function(module, fnty, llvm_name)
+        if kind == "maddubs":
+            widen = cgutils.get_or_insert_function(module, ir.FunctionType(vec, [vec16, vec16]),
+                                                   "llvm.x86.avx2.pmadd.wd")
+            ones = ir.Constant(vec16, [1] * (2 * lanes))
+
+        accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, None)) for _ in range(nv)]
+                for _ in range(mr)]
+        for row in accs:
+            for a in row:
+                builder.store(ir.Constant(vec, [0] * lanes), a)
+
+        with cgutils.for_range(builder, ks_v) as loop:
+            s = loop.index
+            if q_table:
+                q_base = builder.add(q_off_v, builder.load(builder.gep(t_ptr, [s]), align=8))
             else:
-                fnty = ir.FunctionType(vec, [vec16, vec16])
-            fn = cgutils.get_or_insert_function(module, fnty, llvm_name)
-            if kind == "maddubs":
-                widen = cgutils.get_or_insert_function(module, ir.FunctionType(vec, [vec16, vec16]),
-                                                       "llvm.x86.avx2.pmadd.wd")
-                ones = ir.Constant(vec16, [1] * (2 * lanes))
-
-            accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, None)) for _ in range(nv)]
-                    for _ in range(mr)]
-            for row in accs:
-                for a in row:
-                    builder.store(ir.Constant(vec, [0] * lanes), a)
-
-            with cgutils.for_range(builder, ks_v) as loop:
-                s = loop.index
                 q_base = builder.add(q_off_v, builder.mul(s, ir.Constant(i64, q_step)))
-                p_base = builder.add(p_off_v, builder.mul(s, ir.Constant(i64, p_step)))
-                qv = []
-                for v in range(nv):
-                    ptr = builder.gep(q_ptr, [builder.add(q_base, ir.Constant(i64, v * lanes))])
-                    ptr = builder.bitcast(ptr, vec.as_pointer())
-                    qv.append(builder.load(ptr, align=4))
-                for r in range(mr):
-                    ptr = builder.gep(p_ptr, [builder.add(p_base, ir.Constant(i64, r))])
-                    scalar = builder.load(ptr, align=4)
-                    bc = splat(builder, scalar, vec)
-                    for v in range(nv):
-                        acc = builder.load(accs[r][v])
-                        if kind == "dpbusd":
-                            if bcast_unsigned:
-                                new = builder.call(fn, [acc, bc, qv[v]])
-                            else:
-                                new = builder.call(fn, [acc, qv[v], bc])
-                        elif kind == "maddubs":  # unsigned bytes first
-                            u, sgn = (bc, qv[v]) if bcast_unsigned else (qv[v], bc)
-                            pairs = builder.call(fn, [builder.bitcast(u, vec8), builder.bitcast(sgn, vec8)])
-                            new = builder.add(acc, builder.call(widen, [pairs, ones]))
-                        else:
-                            prod = builder.call(fn, [builder.bitcast(bc, vec16), builder.bitcast(qv[v], vec16)])
-                            new = builder.add(acc, prod)
-                        builder.store(new, accs[r][v])
-
+            p_base = builder.add(p_off_v, builder.mul(s, ir.Constant(i64, p_step)))
+            qv = []
+            for v in range(nv):
+                ptr = builder.gep(q_ptr, [builder.add(q_base, ir.Constant(i64, v * lanes))])
+                ptr = builder.bitcast(ptr, vec.as_pointer())
+                qv.append(builder.load(ptr, align=4))
             for r in range(mr):
-                row_base = builder.add(c_off_v, builder.mul(ldc_v, ir.Constant(i64, r)))
+                ptr = builder.gep(p_ptr, [builder.add(p_base, ir.Constant(i64, r))])
+                scalar = builder.load(ptr, align=4)
+                bc = splat(builder, scalar, vec)
                 for v in range(nv):
-                    ptr = builder.gep(c_ptr, [builder.add(row_base, ir.Constant(i64, v * lanes))])
-                    ptr = builder.bitcast(ptr, vec.as_pointer())
-                    builder.store(builder.load(accs[r][v]), ptr, align=4)
-            return context.get_dummy_value()
+                    acc = builder.load(accs[r][v])
+                    if kind == "dpbusd":
+                        if bcast_unsigned:
+                            new = builder.call(fn, [acc, bc, qv[v]])
+                        else:
+                            new = builder.call(fn, [acc, qv[v], bc])
+                    elif kind == "maddubs":  # unsigned bytes first
+                        u, sgn = (bc, qv[v]) if bcast_unsigned else (qv[v], bc)
+                        pairs = builder.call(fn, [builder.bitcast(u, vec8), builder.bitcast(sgn, vec8)])
+                        new = builder.add(acc, builder.call(widen, [pairs, ones]))
+                    else:
+                        prod = builder.call(fn, [builder.bitcast(bc, vec16), builder.bitcast(qv[v], vec16)])
+                        new = builder.add(acc, prod)
+                    builder.store(new, accs[r][v])
 
-        return sig, codegen
+        for r in range(mr):
+            row_base = builder.add(c_off_v, builder.mul(ldc_v, ir.Constant(i64, r)))
+            for v in range(nv):
+                ptr = builder.gep(c_ptr, [builder.add(row_base, ir.Constant(i64, v * lanes))])
+                ptr = builder.bitcast(ptr, vec.as_pointer())
+                builder.store(builder.load(accs[r][v]), ptr, align=4)
+        return context.get_dummy_value()
+
+    if q_table:
+        @intrinsic
+        def microkernel_table(typingctx, P, p_off, Q, q_off, qtab, ksteps, C, c_off, ldc):
+            return types.void(P, p_off, Q, q_off, qtab, ksteps, C, c_off, ldc), codegen
+
+        return microkernel_table
+
+    @intrinsic
+    def microkernel(typingctx, P, p_off, Q, q_off, ksteps, C, c_off, ldc):
+        return types.void(P, p_off, Q, q_off, ksteps, C, c_off, ldc), codegen
 
     return microkernel
 

@@ -88,6 +88,7 @@ class PackedConv:
         self.w_centered_t = None  # see centered_taps_first
         self._vnni_rows = False  # (3, M rounded up to 16) int32, made on first use; None: not int8
         self._pair_taps = False  # depthwise_pair_taps, made on first use
+        self._direct: dict = {}  # direct_groups by group size
 
     @property
     def groups(self) -> list:
@@ -100,6 +101,29 @@ class PackedConv:
                                              stats=(self._stats[0][r], self._stats[1][r]))
                             for r in rows]
         return self._groups
+
+    def direct_groups(self, g: int):
+        """One PackedWeights per group for the direct path (_drivers.DIRECT_TEMPLATE), made on first use: K
+        ordered as (channel group of g, tap, channel in the group), the channels padded to a multiple of g with
+        weights that are 0 in the signed view. None when a weight zero point is not 0 in the signed view (the
+        direct path sums no columns of the input for it)."""
+        got = self._direct.get(g)
+        if got is None:
+            zw = self.w_zero_point[0] if self.out_channels else 0
+            signed_zero = 128 if self.w.dtype == np.uint8 else 0
+            if self.uniform_zero_point != signed_zero:
+                got = self._direct[g] = ()
+                return None
+            m, cg, taps = self.out_channels, self.group_channels, self.taps
+            cgp = -(-cg // g) * g
+            w3 = np.full((m, cgp, taps), zw, self.w.dtype)
+            w3[:, :cg] = self.w.reshape(m, cg, taps)
+            w2 = np.ascontiguousarray(w3.reshape(m, cgp // g, g, taps).transpose(0, 1, 3, 2)).reshape(m, -1)
+            m_g = m // self.group
+            got = self._direct[g] = [ig.PackedWeights(w2[gi * m_g:(gi + 1) * m_g],
+                                                      self.w_zero_point[gi * m_g:(gi + 1) * m_g], "rows")
+                                     for gi in range(self.group)]
+        return got or None
 
     def centered_taps_first(self):
         """The depthwise centred weights as (taps, M), made on first use (the kernels that vectorise across
@@ -161,9 +185,9 @@ def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
 
 # ----------------------------------------------------------------------------------------------- numba kernels
 if ig.HAVE_NUMBA:
-    from qlinear.kernels._im2col_packers import (_colsum_run, _colsum_strided, _pack_panel_strided,  # noqa: F401
-                                                 _pack_panel_virtual, _pair_run, _phase_split, _quad_run,
-                                                 _quad_strided)
+    from qlinear.kernels._im2col_packers import (_colsum_run, _colsum_strided,  # noqa: F401
+                                                 _pack_panel_strided, _pack_panel_virtual, _pair_run, _phase_split,
+                                                 _quad_run, _quad_strided)
 
     @njit(cache=True, parallel=True)
     def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
@@ -1158,6 +1182,35 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     cg = packed.group_channels
     m_g = m_total // group
     mb, nb = ig.block_sizes(m_g, plan.q_total, mr, plan.nr, 0)
+    # stride 1 with taps to replicate (im2col copies each input byte once per tap), weight zero points 0: the
+    # GEMM reads the padded, channel-interleaved input in place of im2col panels (_drivers.DIRECT_TEMPLATE).
+    # A 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
+    direct = packed.direct_groups(plan.g) if _DIRECT and plan.virtual and packed.taps > 1 else None
+    if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
+        g, nr = plan.g, plan.nr
+        cgp = -(-cg // g) * g
+        pitch = -(-plan.plane // 32) * 32 + 32  # room for a row's vector runs past the plane (_interleave_plane)
+        q_group = cgp // g * pitch
+        q_img = group * q_group
+        qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * pitch
+                + plan.koff[:packed.taps][None, :]).reshape(-1)
+        # the last panel of the last image reads up to NR columns past its plane, from its last channel group
+        last = (n_img - 1) * q_img + (group - 1) * q_group + (plan.pan_per_img - 1) * nr + int(qtab.max()) + nr
+        geo = np.array((cg, g, cgp) + tuple(plan.x3_shape[2:]) + tuple(plan.xp_shape[2:]) + tuple(plan.pb3)
+                       + (pitch, launch.flip, launch.zau, n_img * c_in), np.int64)
+        launch.kind, launch.kernel = "direct_gemm", ig.conv_direct_driver(path)
+        launch.direct_size = max(n_img * q_img, last) + 32
+        launch.args = []
+        for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
+            p_w, ks = pd.packed(path)
+            rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
+            # the first group's call interleaves every group's planes
+            n_fill = n_img * group * (cgp // g) if gi == 0 else 0
+            launch.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab),
+                                q_img, plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi],
+                                plan.zeros_r, read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                                plan.row_off[gi], plan.col_off)))
+        return launch
     if plan.phase:
         img_stride, chan_stride = plan.phase_img, cg * plan.chan
     elif plan.poly:
@@ -1222,6 +1275,13 @@ class ConvLaunch:
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
             ig.call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
             return out
+        if kind == "direct_gemm":
+            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            xq = np.empty(self.direct_size, np.int32)
+            n_workers = 1 if serial else workers
+            for head, rest in self.args:
+                ig.call_parallel(self.kernel, *head, n_workers, xc, xq, *rest, out32, out8, serial=serial)
+            return out
         xflat = self._padded(x)
         if kind == "padded":
             ig.call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
@@ -1283,6 +1343,7 @@ class ConvLaunch:
 
 _USE_PHASES = True
 _USE_POLYPHASE = True
+_DIRECT = True  # tests switch the direct path (stride 1, weight zero points 0) off to cover the packed one
 # virtual columns are taken while they fill at most this many times the panels of the real ones. Measured with
 # the vector packers (1 thread): batch-8 layers at 28x28 (25 panels per image for 24.5) and 3x3 at 14x14
 # (56 panels for 49) are 10-30% faster virtual, 7x7 batch 8 (16 for 13) 12-19% slower

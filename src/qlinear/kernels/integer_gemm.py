@@ -187,6 +187,14 @@ def conv_driver(path: str):
     return CONV_DRIVERS[path]
 
 
+def conv_direct_driver(path: str):
+    """The convolution's direct region for ``path``: the GEMM over the channel-interleaved input, no im2col
+    (qlinear.kernels._drivers)."""
+    from qlinear.kernels._drivers import CONV_DIRECT_DRIVERS
+
+    return CONV_DIRECT_DRIVERS[path]
+
+
 def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
     """Panels per task along M and N: blocks that keep operands in L2, split until both threads have work."""
     n_threads = threads.get_num_threads() if HAVE_NUMBA else 1
