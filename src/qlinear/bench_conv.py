@@ -58,6 +58,11 @@ def layers(batch: int = 1) -> list[dict]:
            for name, c, hw, m, k, s, p in resnet50_convs()]
     out += [dict(name=f"mobilenetv2 dw3x3 {c}/{s} @{hw}", x=(batch, c, hw, hw), w=(c, 1, 3, 3), group=c, stride=s,
                  pad=1) for c, hw, s in MOBILENET_DW]
+    # the two dense layers of MobileNet's widths that issue 32 measured (a fixed cost per call showed on them)
+    out += [dict(name="mobilenet-width 3x3 32->32 @112", x=(batch, 32, 112, 112), w=(32, 32, 3, 3), group=1, stride=1,
+                 pad=1),
+            dict(name="mobilenet-width 1x1 96->96 @28", x=(batch, 96, 28, 28), w=(96, 96, 1, 1), group=1, stride=1,
+                 pad=0)]
     return out
 
 

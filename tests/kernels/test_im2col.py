@@ -85,12 +85,16 @@ CASES = [
     ((3, 7, 17, 40), (9, 7, 3, 5), 1, (1, 1), (1, 2), (0, 3), (2, 1)),  # uneven pads, dilated
     ((1, 5, 4, 7, 30), (4, 5, 3, 2, 3), 1, (1, 1, 1), (1, 1, 1), (1, 0, 1), (1, 1, 1)),  # 3-D
     ((2, 9, 33, 37), (3, 9, 3, 3), 1, (1, 1), (1, 1), (0, 0), (0, 0)),  # unpadded: the last rows' short runs
+    # strides (2, 2) on the polyphase input, read directly with symmetric weights
+    ((2, 6, 15, 40), (5, 6, 3, 3), 1, (2, 2), (1, 1), (1, 1), (1, 1)),  # odd height, channels padded to 8
+    ((1, 9, 20, 71), (4, 9, 3, 3), 1, (2, 2), (1, 1), (0, 1), (1, 0)),  # uneven pads
+    ((2, 8, 36, 35), (12, 4, 3, 3), 2, (2, 2), (1, 1), (1, 1), (1, 1)),  # two groups
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c[1]) + f"g{c[2]}" for c in CASES])
 @pytest.mark.parametrize("xdt,wdt", [(U8, I8), (I8, U8), (I8, I8)])
-def test_conv_matches_direct_int64(path, case, xdt, wdt):
+def test_conv_matches_direct_int64(path, case, xdt, wdt, monkeypatch):
     xs, ws, group, strides, dil, pb, pe = case
     rng = np.random.default_rng(abs(hash((xs, ws))) % 2**32)
     x, w = rand(rng, xs, xdt), rand(rng, ws, wdt)
@@ -103,32 +107,45 @@ def test_conv_matches_direct_int64(path, case, xdt, wdt):
     want = direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe)
     assert got.dtype == np.int32 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
-    # the prepacked weights serve a second input, with a symmetric zero point and no bias
+    # the prepacked weights serve a second input, with a symmetric zero point and no bias: read through im2col
+    # panels and, where the direct path takes it (stride 1 or 2, more than one tap), in place
     x2 = rand(rng, xs, xdt)
-    packed0 = im2col.prepack_conv(w, wdt(0) if wdt == I8 else wdt(128), group)
-    np.testing.assert_array_equal(im2col.conv(x2, za, packed0, None, g, path=path),
-                                  direct_conv(x2, za, w, 0 if wdt == I8 else 128, None, group, strides, dil, pb, pe))
+    want = direct_conv(x2, za, w, 0 if wdt == I8 else 128, None, group, strides, dil, pb, pe)
+    for direct in (False, True):
+        monkeypatch.setattr(im2col, "_DIRECT", direct)
+        packed0 = im2col.prepack_conv(w, wdt(0) if wdt == I8 else wdt(128), group)
+        np.testing.assert_array_equal(im2col.conv(x2, za, packed0, None, g, path=path), want)
 
 
-@pytest.mark.parametrize("zw, taps, direct", [(0, 3, True), (3, 3, False), (0, 1, False)])
-def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, monkeypatch, zw, taps, direct):
-    """Stride 1, symmetric weights and more than one tap: the GEMM reads the interleaved input itself
-    (kind direct_gemm), with the bits of the packed im2col path (the same call with the direct path off)."""
+@pytest.mark.parametrize("zw, taps, stride, direct", [(0, 3, 1, True), (0, 3, 2, True), (3, 3, 1, False),
+                                                      (0, 1, 1, False)])
+def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, monkeypatch, zw, taps, stride,
+                                                                        direct):
+    """Stride 1 or 2, symmetric weights and more than one tap: the call may read the interleaved input in place
+    (an alternative launch of kind direct_gemm, timed against the packed one on the first calls), with the bits
+    of the packed im2col path; forced (_DIRECT True) it is the launch."""
     rng = np.random.default_rng(7)
     x = rand(rng, (2, 10, 30, 31), U8)
     w = rng.integers(-20, 21, (12, 10, taps, taps)).astype(np.int8)  # byte pairs fit avx2ub
-    packed = im2col.prepack_conv(w, np.int8(zw), 1)
-    g = geo((1, 1), (1, 1), (taps // 2,) * 2, (taps // 2,) * 2)
-    launch = im2col.prepare(x.shape, x.dtype, 5, packed, None, g, path=path)
-    want_kind = "direct_gemm" if direct and path != "blas" else launch.kind
-    assert launch.kind == want_kind
-    got = launch.run(x)
+    pads = (taps // 2,) * 2
+    g = geo((stride, stride), (1, 1), pads, pads)
+    want = direct_conv(x, 5, w, zw, None, 1, (stride, stride), (1, 1), pads, pads)
+    launch = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    eligible = direct and path != "blas"
+    assert launch.kind != "direct_gemm" and (launch.alt is not None) == eligible
+    if eligible:
+        assert launch.alt.kind == "direct_gemm"
+        for _ in range(2 * (ig.threads.FasterOf.SKIPPED + ig.threads.FasterOf.TRIALS) + 1):  # both, then the choice
+            np.testing.assert_array_equal(launch.run(x), want)
+        assert launch.alt_choice.choice in (0, 1)
+    monkeypatch.setattr(im2col, "_DIRECT", True)
+    forced = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    assert (forced.kind == "direct_gemm") == eligible and forced.alt is None
+    np.testing.assert_array_equal(forced.run(x), want)
     monkeypatch.setattr(im2col, "_DIRECT", False)
-    other = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
-    assert other.kind != "direct_gemm"
-    np.testing.assert_array_equal(got, other.run(x))
-    np.testing.assert_array_equal(got, direct_conv(x, 5, w, zw, None, 1, (1, 1), (1, 1), (taps // 2,) * 2,
-                                                   (taps // 2,) * 2))
+    off = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    assert off.kind != "direct_gemm" and off.alt is None
+    np.testing.assert_array_equal(off.run(x), want)
 
 
 def test_every_width_of_the_last_pixel_panel(path):
@@ -726,7 +743,7 @@ def test_weights_of_one_shape_share_a_plan_but_not_their_zero_points_or_row_term
 
 
 @pytest.mark.parametrize("other", other_paths(ig.available_paths()))
-def test_other_paths_convolve_like_direct_int64(other):
+def test_other_paths_convolve_like_direct_int64(other, monkeypatch):
     """AVX2, which the default run otherwise leaves to --full, on the convolution shapes that take different
     packers (3x3 padded, strided 5x5 phase split, 1x1 in place, depthwise, the stem), against the int64 direct
     convolution (see suite.other_paths)."""
@@ -738,8 +755,9 @@ def test_other_paths_convolve_like_direct_int64(other):
         bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
         got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), bias, geo(strides, dil, pb, pe), path=other)
         np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe))
-    # symmetric weights at stride 1: the direct path's interleaved input (int16 pairs on this path)
-    for case in (CASES[0], CASES[14], CASES[17]):
+    # symmetric weights at strides 1 and 2: the direct path's interleaved input (int16 pairs on this path)
+    monkeypatch.setattr(im2col, "_DIRECT", True)
+    for case in (CASES[0], CASES[14], CASES[17], CASES[18], CASES[20]):
         xs, ws, group, strides, dil, pb, pe = case
         x, w, za = rand(rng, xs, I8), rand(rng, ws, I8), rand(rng, (), I8)
         got = im2col.conv(x, za, im2col.prepack_conv(w, np.int8(0), group), None, geo(strides, dil, pb, pe),
@@ -863,3 +881,48 @@ def test_polyphase_split_of_any_row_width_matches_its_transcription(seed):
         want = np.stack([padded[:, rh::2, rw::2] for rh in (0, 1) for rw in (0, 1)], axis=1).reshape(-1)
         np.testing.assert_array_equal(xp[:want.size], want, err_msg=f"{(planes, h, w, pt, pl, hq, wq)}")
         assert (xp[want.size:] == zau).all()
+
+
+def test_faster_of_alternates_then_keeps_the_faster_and_measures_again(monkeypatch):
+    """threads.FasterOf on a fake clock: the first calls alternate, the first SKIPPED of each not counted; the
+    smaller best time of the rest decides; after RETRY_AFTER calls both are timed again."""
+    from qlinear.kernels import threads
+
+    clock = [0.0]
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock[0])
+    cost = {"a": 5.0, "b": 3.0}
+    ran = []
+
+    def way(name):
+        def run():
+            ran.append(name)
+            clock[0] += cost[name]
+            return name
+        return run
+
+    chooser = threads.FasterOf()
+    counted = threads.FasterOf.SKIPPED + threads.FasterOf.TRIALS
+    for _ in range(2 * counted):
+        chooser.call(way("a"), way("b"))
+    assert ran == ["a", "b"] * counted and chooser.choice == 1
+    ran.clear()
+    for _ in range(threads.FasterOf.RETRY_AFTER - 1):
+        assert chooser.call(way("a"), way("b")) == "b"
+    assert set(ran) == {"b"}
+    cost["a"] = 1.0  # the first way got faster: the next measurement finds it
+    for _ in range(2 * counted):
+        chooser.call(way("a"), way("b"))
+    assert chooser.choice == 0 and chooser.call(way("a"), way("b")) == "a"
+    # a skipped call's time does not count: b's first call is the fastest of all, yet a wins on the others
+    chooser = threads.FasterOf()
+    calls = iter([4.0, 0.5] + [4.0, 6.0] * threads.FasterOf.TRIALS)
+
+    def timed(name):
+        def run():
+            clock[0] += next(calls)
+            return name
+        return run
+
+    for _ in range(2 * counted):
+        chooser.call(timed("a"), timed("b"))
+    assert chooser.choice == 0

@@ -310,12 +310,97 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
 
 @njit(cache=True)
 def _interleave_plane(xq, x, t, geo):
+    """Plane t of the direct path's input: _interleave_phase_plane for strides (2, 2) (geo[16] set), else
+    _interleave_plane_s1."""
+    if geo[16]:
+        _interleave_phase_plane(xq, x, t, geo)
+    else:
+        _interleave_plane_s1(xq, x, t, geo)
+
+
+@njit(cache=True)
+def _interleave_phase_plane(xq, x, t, geo):
+    """Plane t of the direct path's input at strides (2, 2): for convolution group q, channel group j and
+    phase p = 2 rh + rw (t = (q * cgp // g + j) * 4 + p), the phase plane P[i, k] = padded[2i + rh, 2k + rw] of
+    x's channels q*cg + j*g ... + g-1, interleaved as in _interleave_plane_s1 (see _pad_phases2 for the phases).
+
+    geo: (cg, g, cgp, 1, h, w, 1, hq, wq, 0, pt, pl, pitch, flip, zau, planes, 1)."""
+    use_512_bit_vectors()
+    cg, g, cgp, h, w = geo[0], geo[1], geo[2], geo[4], geo[5]
+    hq, wq, pt, pl, pitch = geo[7], geo[8], geo[10], geo[11], geo[12]
+    flip, zau, planes = geo[13], geo[14], geo[15]
+    xsize = x.size
+    per_q = cgp // g
+    ph = t % 4
+    rh = ph // 2
+    rw = ph % 2
+    qj = t // 4
+    q = qj // per_q
+    j = qj - q * per_q
+    last = q * cg + cg - 1
+    hw = h * w
+    a0 = min(q * cg + j * g, last) * hw
+    a1 = min(q * cg + j * g + 1, last) * hw
+    a2 = min(q * cg + j * g + 2, last) * hw
+    a3 = min(q * cg + j * g + 3, last) * hw
+    top = max(a0, a1, a2, a3) if g == 4 else max(a0, a1)
+    if g == 4:
+        zword = np.int32(np.uint32(zau) * np.uint32(0x01010101))
+        fword = np.int32(np.uint32(flip) * np.uint32(0x01010101))
+    else:
+        zword = np.int32(np.uint32(zau) | (np.uint32(zau) << np.uint32(16)))
+        fword = np.int32(np.uint32(flip) | (np.uint32(flip) << np.uint32(16)))
+    # the phase's columns k that hold x: 0 <= 2k + rw - pl < w
+    k0 = max(0, (pl - rw + 1) // 2)
+    k1 = min(wq, (w - 1 + pl - rw) // 2 + 1)
+    n = max(0, k1 - k0)
+    xs0 = 2 * k0 + rw - pl
+    base = t * pitch
+    for i in range(hq):
+        yi = 2 * i + rh - pt
+        row = base + i * wq
+        if yi < 0 or yi >= h or n == 0:
+            r = xq[row:row + wq]
+            for c in range(wq):
+                r[c] = zword
+            continue
+        src = yi * w + xs0
+        o = row + k0
+        for c in range(0, n, 32):
+            if top + src + 2 * c + 64 <= xsize:
+                if g == 4:
+                    pack_quad32_stride2(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, a2 + src + 2 * c,
+                                        a3 + src + 2 * c)
+                else:
+                    pack_pair32_stride2(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c)
+            elif g == 4:
+                _quad_run(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, a2 + src + 2 * c, a3 + src + 2 * c,
+                          2, min(32, n - c))
+            else:
+                _pair_run(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, 2, min(32, n - c))
+        if flip:
+            r = xq[o:o + n]
+            for c in range(n):
+                r[c] ^= fword
+        r = xq[row:row + k0]
+        for c in range(k0):
+            r[c] = zword
+        r = xq[o + n:row + wq]
+        for c in range(wq - k0 - n):
+            r[c] = zword
+    if t == planes // cg * per_q * 4 - 1:
+        for i in range((t + 1) * pitch, xq.size):
+            xq[i] = 0
+
+
+@njit(cache=True)
+def _interleave_plane_s1(xq, x, t, geo):
     """Plane t of the direct path's input (see _drivers.DIRECT_TEMPLATE): for convolution group q and channel
     group j (t = q * cgp // g + j), x's channels q*cg + j*g ... + g-1 padded and interleaved, one int32 group
     of g bytes (4) or int16 halves (2) per padded position, at xq[t * pitch:]. Channels past the group's cg
     repeat its last one (their weights are 0); padding holds the zero point; int8 bits are flipped to uint8.
 
-    geo: (cg, g, cgp, d, h, w, dp, hp, wp, p0, p1, p2, pitch, flip, zau, planes) of x (planes = N * C). An
+    geo: (cg, g, cgp, d, h, w, dp, hp, wp, p0, p1, p2, pitch, flip, zau, planes, 0) of x (planes = N * C). An
     input row is read as whole 32-lane runs that may spill up to 31 groups past the row: the pads are
     written after them, the next row after that, and pitch leaves 32 groups past the plane (another
     thread's plane is never touched). The last plane also zeroes xq's slack."""

@@ -1022,6 +1022,8 @@ class _WeightPlan:
         self.row_terms: dict = {}
         self.thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of this shape's calls
         self.split_serial: dict = {}  # thread count -> whether the phase split runs on one thread (ConvLaunch)
+        self.direct_thread_choices: dict = {}  # the same for the direct path's launches
+        self.direct_choice = ig.threads.FasterOf()  # packed panels or the direct path (ConvLaunch.run)
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1185,32 +1187,51 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     # stride 1 with taps to replicate (im2col copies each input byte once per tap), weight zero points 0: the
     # GEMM reads the padded, channel-interleaved input in place of im2col panels (_drivers.DIRECT_TEMPLATE).
     # A 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
-    direct = packed.direct_groups(plan.g) if _DIRECT and plan.virtual and packed.taps > 1 else None
+    # The same at strides (2, 2) on the polyphase input (C-K3): each channel group's four phase planes.
+    direct = (packed.direct_groups(plan.g) if _DIRECT is not False and (plan.virtual or plan.poly)
+              and packed.taps > 1 else None)
     if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
         g, nr = plan.g, plan.nr
         cgp = -(-cg // g) * g
-        pitch = -(-plan.plane // 32) * 32 + 32  # room for a row's vector runs past the plane (_interleave_plane)
-        q_group = cgp // g * pitch
+        phases = 4 if plan.poly else 1
+        plane = plan.hq * plan.wq if plan.poly else plan.plane
+        pitch = -(-plane // 32) * 32 + 32  # room for a row's vector runs past the plane (_interleave_plane)
+        q_group = cgp // g * phases * pitch
         q_img = group * q_group
-        qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * pitch
-                + plan.koff[:packed.taps][None, :]).reshape(-1)
+        if plan.poly:  # koff's (c * 4 + phase) * hq * wq + offset, with channel groups and the pitch
+            dh, dw = plan.d3[1], plan.d3[2]
+            kh_i, kw_i = np.meshgrid(np.arange(plan.kern3[1]), np.arange(plan.kern3[2]), indexing="ij")
+            taps_off = ((2 * ((kh_i * dh) % 2) + (kw_i * dw) % 2) * pitch + ((kh_i * dh) // 2) * plan.wq
+                        + (kw_i * dw) // 2).reshape(-1)
+            geo = (cg, g, cgp, 1) + tuple(plan.x3_shape[3:]) + (1, plan.hq, plan.wq, 0, plan.pb3[1], plan.pb3[2])
+        else:
+            taps_off = plan.koff[:packed.taps]
+            geo = (cg, g, cgp) + tuple(plan.x3_shape[2:]) + tuple(plan.xp_shape[2:]) + tuple(plan.pb3)
+        qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * (phases * pitch) + taps_off[None, :]).reshape(-1)
         # the last panel of the last image reads up to NR columns past its plane, from its last channel group
         last = (n_img - 1) * q_img + (group - 1) * q_group + (plan.pan_per_img - 1) * nr + int(qtab.max()) + nr
-        geo = np.array((cg, g, cgp) + tuple(plan.x3_shape[2:]) + tuple(plan.xp_shape[2:]) + tuple(plan.pb3)
-                       + (pitch, launch.flip, launch.zau, n_img * c_in), np.int64)
-        launch.kind, launch.kernel = "direct_gemm", ig.conv_direct_driver(path)
-        launch.direct_size = max(n_img * q_img, last) + 32
-        launch.args = []
+        geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * c_in, int(plan.poly)), np.int64)
+        alt = ConvLaunch(packed, weight_plan, rq, za, bias, launch.geometry, launch.may_overflow)
+        alt.flip, alt.zau = launch.flip, launch.zau
+        alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
+        alt.kind, alt.kernel = "direct_gemm", ig.conv_direct_driver(path)
+        alt.direct_size = max(n_img * q_img, last) + 32
+        alt.args = []
         for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
             p_w, ks = pd.packed(path)
             rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
             # the first group's call interleaves every group's planes
-            n_fill = n_img * group * (cgp // g) if gi == 0 else 0
-            launch.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab),
-                                q_img, plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi],
-                                plan.zeros_r, read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                                plan.row_off[gi], plan.col_off)))
-        return launch
+            n_fill = n_img * group * (cgp // g) * phases if gi == 0 else 0
+            alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab),
+                             q_img, plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi],
+                             plan.zeros_r, read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
+                             plan.row_off[gi], plan.col_off)))
+        if _DIRECT is True:
+            return alt
+        # whether reading the input in place beats packing its panels depends on the layer and the CPU (3x3
+        # 64 @56, 1 thread: 584 -> 427 us; 3x3 512/2 @14: 487 -> 545 us, its K steps scattered over 128
+        # channel groups): the first calls time both (threads.FasterOf, per layer shape)
+        launch.alt, launch.alt_choice = alt, weight_plan.direct_choice
     if plan.phase:
         img_stride, chan_stride = plan.phase_img, cg * plan.chan
     elif plan.poly:
@@ -1240,6 +1261,8 @@ class ConvLaunch:
     kernel = None
     args = ()
     flip = zau = 0
+    alt = None  # the direct path's launch for the same call, when it may run (see prepare)
+    alt_choice = None  # threads.FasterOf of this launch and alt, shared by the layer shape's launches
 
     def __init__(self, packed, weight_plan, rq, za, bias, geometry, may_overflow):
         self.packed, self.plan, self.rq, self.za, self.bias = packed, weight_plan.plan, rq, za, bias
@@ -1251,6 +1274,11 @@ class ConvLaunch:
         if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
                                     and self.packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
             return self._exact(x)
+        if self.alt is not None:
+            return self.alt_choice.call(lambda: self._threads(x), lambda: self.alt._threads(x))
+        return self._threads(x)
+
+    def _threads(self, x) -> np.ndarray:
         workers = ig.threads.get_num_threads()
         if workers == 1 or _FORCE_SERIAL is not None:
             return self._run(x, workers == 1 or bool(_FORCE_SERIAL), workers)
@@ -1343,7 +1371,9 @@ class ConvLaunch:
 
 _USE_PHASES = True
 _USE_POLYPHASE = True
-_DIRECT = True  # tests switch the direct path (stride 1, weight zero points 0) off to cover the packed one
+# the direct path (weights with zero points 0 read the interleaved input in place): None times it against the
+# packed one per layer shape (threads.FasterOf); tests force it (True) or switch it off (False)
+_DIRECT = None
 # virtual columns are taken while they fill at most this many times the panels of the real ones. Measured with
 # the vector packers (1 thread): batch-8 layers at 28x28 (25 panels per image for 24.5) and 3x3 at 14x14
 # (56 panels for 49) are 10-30% faster virtual, 7x7 batch 8 (16 for 13) 12-19% slower

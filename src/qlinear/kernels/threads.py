@@ -105,6 +105,45 @@ def call_parallel(fn, *args, serial: bool = False):
         return result
 
 
+class FasterOf:
+    """Which of two kernels that compute the same bits runs faster on this machine for calls of one kind and
+    size (a convolution layer's shape read through im2col panels or in place, say): the first calls alternate
+    between them, the first `SKIPPED` of each not counted, and the faster best time of the `TRIALS` others
+    decides for the calls after. Which one pays depends on the CPU's caches and prefetchers, not only on the
+    shape, so it is measured, not predicted; measured again after `RETRY_AFTER` calls, then after four times as
+    many each time (as `SerialOrParallel`)."""
+
+    TRIALS = 4
+    SKIPPED = 1
+    RETRY_AFTER = 256
+    __slots__ = ("times", "choice", "calls", "retry_at")
+
+    def __init__(self):
+        self.times: tuple[list[float], list[float]] = ([], [])
+        self.choice: int | None = None  # decided: 0 or 1
+        self.calls = 0
+        self.retry_at = self.RETRY_AFTER
+
+    def call(self, first, second):
+        """``first()`` or ``second()``, as measured so far."""
+        choice = self.choice
+        if choice is not None:
+            self.calls += 1
+            if self.calls < self.retry_at:
+                return (first, second)[choice]()
+            self.calls, self.retry_at = 0, 4 * self.retry_at
+            self.times, self.choice = ([], []), None
+        times = self.times
+        which = 1 if len(times[1]) < len(times[0]) else 0
+        start = time.perf_counter()
+        out = (first, second)[which]()
+        times[which].append(time.perf_counter() - start)
+        counted = self.SKIPPED + self.TRIALS
+        if len(times[0]) >= counted and len(times[1]) >= counted:
+            self.choice = int(min(times[1][self.SKIPPED:]) < min(times[0][self.SKIPPED:]))
+        return out
+
+
 class SerialOrParallel:
     """Whether calls of one kind and size (one convolution layer's shape, say) run faster on the calling
     thread alone or on every thread, decided by timing them both ways on this machine: the first calls run
