@@ -319,75 +319,40 @@ def _interleave_plane(xq, x, t, geo):
 
 
 @njit(cache=True)
-def _interleave_phase_plane(xq, x, t, geo):
+def _interleave_phase_plane(xq, xp, t, geo):
     """Plane t of the direct path's input at strides (2, 2): for convolution group q, channel group j and
-    phase p = 2 rh + rw (t = (q * cgp // g + j) * 4 + p), the phase plane P[i, k] = padded[2i + rh, 2k + rw] of
-    x's channels q*cg + j*g ... + g-1, interleaved as in _interleave_plane_s1 (see _pad_phases2 for the phases).
+    phase p (t = (q * cgp // g + j) * 4 + p), the phase planes p of channels q*cg + j*g ... + g-1 of xp (the
+    input padded and split into its four phases by _pad_phases2, int8 bits already flipped) interleaved as in
+    _interleave_plane_s1: one contiguous run of hq * wq positions per channel, whole 32-lane vectors (the
+    last one's reads land in the next plane or xp's slack, its writes in the pitch's room past the plane).
 
     geo: (cg, g, cgp, 1, h, w, 1, hq, wq, 0, pt, pl, pitch, flip, zau, planes, 1)."""
     use_512_bit_vectors()
-    cg, g, cgp, h, w = geo[0], geo[1], geo[2], geo[4], geo[5]
-    hq, wq, pt, pl, pitch = geo[7], geo[8], geo[10], geo[11], geo[12]
-    flip, zau, planes = geo[13], geo[14], geo[15]
-    xsize = x.size
+    cg, g, cgp, hq, wq, pitch, planes = geo[0], geo[1], geo[2], geo[7], geo[8], geo[12], geo[15]
     per_q = cgp // g
+    n = hq * wq
     ph = t % 4
-    rh = ph // 2
-    rw = ph % 2
     qj = t // 4
     q = qj // per_q
     j = qj - q * per_q
     last = q * cg + cg - 1
-    hw = h * w
-    a0 = min(q * cg + j * g, last) * hw
-    a1 = min(q * cg + j * g + 1, last) * hw
-    a2 = min(q * cg + j * g + 2, last) * hw
-    a3 = min(q * cg + j * g + 3, last) * hw
+    a0 = (min(q * cg + j * g, last) * 4 + ph) * n
+    a1 = (min(q * cg + j * g + 1, last) * 4 + ph) * n
+    a2 = (min(q * cg + j * g + 2, last) * 4 + ph) * n
+    a3 = (min(q * cg + j * g + 3, last) * 4 + ph) * n
     top = max(a0, a1, a2, a3) if g == 4 else max(a0, a1)
-    if g == 4:
-        zword = np.int32(np.uint32(zau) * np.uint32(0x01010101))
-        fword = np.int32(np.uint32(flip) * np.uint32(0x01010101))
-    else:
-        zword = np.int32(np.uint32(zau) | (np.uint32(zau) << np.uint32(16)))
-        fword = np.int32(np.uint32(flip) | (np.uint32(flip) << np.uint32(16)))
-    # the phase's columns k that hold x: 0 <= 2k + rw - pl < w
-    k0 = max(0, (pl - rw + 1) // 2)
-    k1 = min(wq, (w - 1 + pl - rw) // 2 + 1)
-    n = max(0, k1 - k0)
-    xs0 = 2 * k0 + rw - pl
-    base = t * pitch
-    for i in range(hq):
-        yi = 2 * i + rh - pt
-        row = base + i * wq
-        if yi < 0 or yi >= h or n == 0:
-            r = xq[row:row + wq]
-            for c in range(wq):
-                r[c] = zword
-            continue
-        src = yi * w + xs0
-        o = row + k0
-        for c in range(0, n, 32):
-            if top + src + 2 * c + 64 <= xsize:
-                if g == 4:
-                    pack_quad32_stride2(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, a2 + src + 2 * c,
-                                        a3 + src + 2 * c)
-                else:
-                    pack_pair32_stride2(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c)
-            elif g == 4:
-                _quad_run(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, a2 + src + 2 * c, a3 + src + 2 * c,
-                          2, min(32, n - c))
+    xsize = xp.size
+    o = t * pitch
+    for c in range(0, n, 32):
+        if top + c + 32 <= xsize:
+            if g == 4:
+                pack_quad32(xq, o + c, xp, a0 + c, a1 + c, a2 + c, a3 + c)
             else:
-                _pair_run(xq, o + c, x, a0 + src + 2 * c, a1 + src + 2 * c, 2, min(32, n - c))
-        if flip:
-            r = xq[o:o + n]
-            for c in range(n):
-                r[c] ^= fword
-        r = xq[row:row + k0]
-        for c in range(k0):
-            r[c] = zword
-        r = xq[o + n:row + wq]
-        for c in range(wq - k0 - n):
-            r[c] = zword
+                pack_pair32(xq, o + c, xp, a0 + c, a1 + c)
+        elif g == 4:
+            _quad_run(xq, o + c, xp, a0 + c, a1 + c, a2 + c, a3 + c, 1, min(32, n - c))
+        else:
+            _pair_run(xq, o + c, xp, a0 + c, a1 + c, 1, min(32, n - c))
     if t == planes // cg * per_q * 4 - 1:
         for i in range((t + 1) * pitch, xq.size):
             xq[i] = 0
@@ -432,9 +397,8 @@ def _interleave_plane_s1(xq, x, t, geo):
             yi = yy - p1
             row = base + (zz * hp + yy) * wp
             if zi < 0 or zi >= d or yi < 0 or yi >= h:
-                r = xq[row:row + wp]
-                for i in range(wp):
-                    r[i] = zword
+                for i in range(row, row + wp):
+                    xq[i] = zword
                 continue
             src = zi * h * w + yi * w
             o = row + p2
@@ -450,15 +414,12 @@ def _interleave_plane_s1(xq, x, t, geo):
                 else:
                     _pair_run(xq, o + c, x, a0 + src + c, a1 + src + c, 1, min(32, w - c))
             if flip:
-                r = xq[o:o + w]
-                for i in range(w):
-                    r[i] ^= fword
-            r = xq[row:row + p2]
-            for i in range(p2):
-                r[i] = zword
-            r = xq[o + w:row + wp]
-            for i in range(wp - p2 - w):
-                r[i] = zword
+                for i in range(o, o + w):
+                    xq[i] ^= fword
+            for i in range(row, o):
+                xq[i] = zword
+            for i in range(o + w, row + wp):
+                xq[i] = zword
     if t == planes // cg * per_q - 1:
         for i in range((t + 1) * pitch, xq.size):
             xq[i] = 0

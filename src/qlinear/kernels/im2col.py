@@ -1304,7 +1304,8 @@ class ConvLaunch:
             ig.call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
             return out
         if kind == "direct_gemm":
-            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            # stride 1: the tasks pad x themselves; strides (2, 2): they interleave its phase split
+            xc = self._padded(x) if plan.poly else np.ascontiguousarray(x).reshape(-1).view(np.uint8)
             xq = np.empty(self.direct_size, np.int32)
             n_workers = 1 if serial else workers
             for head, rest in self.args:
