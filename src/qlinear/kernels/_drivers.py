@@ -42,15 +42,18 @@ def _upper_half_unused(col_off, n_total, lo, hi):
     return True
 
 
+# One GEMM task (a block of M x N panels, then its epilogue) for each microkernel: {mk} is _MK for packed panels
+# (K step s of panel jp at Q[jp * ksteps * NR + s * NR]) and _MKT for the convolution's direct path (at
+# Q[q_off + qtab[s]], q_off the panel's first column in the interleaved input; see DIRECT_TEMPLATE).
 BLOCK_TEMPLATE = '''
-_MK_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}))
-_MKH_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, half=True))
-_MK1_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, one_row=True))
+{mk}_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}){table})
+{mk}H_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, half=True){table})
+{mk}1_{name} = make_microkernel(*_config("{path}", {bcast_unsigned}, one_row=True){table})
 
 
 @njit(cache=True, inline="always")
-def _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+def {block}_{name}(P, {q_params}, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = {mr}
     nr = {nr}
     mp = (m_total + mr - 1) // mr
@@ -72,16 +75,16 @@ def _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
     # reads that row of the panel alone: the full one computes {mr} rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
-        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
+        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr){q_setup}
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MK1_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                {mk}1_{name}(P, ip * ksteps * mr, {q_args}, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
             elif half:
-                _MKH_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                {mk}H_{name}(P, ip * ksteps * mr, {q_args}, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
             else:
-                _MK_{name}(P, ip * ksteps * mr, Q, jp * ksteps * nr, ksteps, cbuf,
+                {mk}_{name}(P, ip * ksteps * mr, {q_args}, ksteps, cbuf,
                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
@@ -91,6 +94,17 @@ def _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v
 
 
 '''
+
+
+def _block_text(name, path, bcast_unsigned, mr, nr, direct=False):
+    """BLOCK_TEMPLATE for the packed panels or (``direct``) the convolution's direct path."""
+    if direct:
+        return BLOCK_TEMPLATE.format(
+            name=name, path=path, bcast_unsigned=bcast_unsigned, mr=mr, nr=nr, mk="_MKT", block="_block_direct",
+            table=", q_table=True", q_params="Q, qtab, q_img, pan_per_img, chan_off", q_args="Q, q_off, qtab",
+            q_setup="\n        img = jp // pan_per_img\n        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr")
+    return BLOCK_TEMPLATE.format(name=name, path=path, bcast_unsigned=bcast_unsigned, mr=mr, nr=nr, mk="_MK",
+                                 block="_block", table="", q_params="Q", q_args="Q, jp * ksteps * nr", q_setup="")
 
 # The GEMM (activations on the rows, broadcast; weights on the columns, packed once) in one parallel region, its
 # tasks claimed as in CONV_TEMPLATE: the activations' row panels are packed by the same tasks. Measured on 2
@@ -216,54 +230,12 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
 '''
 
 
-# The convolution's direct path (stride 1 over virtual columns, weight zero points 0): no im2col. The input is
-# padded and interleaved by channels once, 4 or 2 to a K step (im2col.ConvLaunch), so K step (channel group, tap) of a panel's
-# NR virtual columns is one contiguous run of the interleaved input, at the offset qtab[s] from the panel's first
-# column: the table microkernels read it there. Every task is one GEMM block; nothing waits for a packer.
+# The convolution's direct path (strides 1 or (2, 2), weight zero points 0): no im2col. The region's first tasks
+# pad (or take the phase split of) the input and interleave it by channels, 4 bytes or 2 int16 halves to a K step
+# (_im2col_packers._interleave_plane); K step (channel group, tap) of a panel's NR virtual columns is then one
+# contiguous run of it, at the offset qtab[s] from the panel's first column, where the table microkernels read
+# it. The GEMM tasks wait for the interleaving alone (a counter), not for packers.
 DIRECT_TEMPLATE = '''
-_MKT_{name} = make_microkernel(*_config("{path}", False), q_table=True)
-_MKTH_{name} = make_microkernel(*_config("{path}", False, half=True), q_table=True)
-_MKT1_{name} = make_microkernel(*_config("{path}", False, one_row=True), q_table=True)
-
-
-@njit(cache=True, inline="always")
-def _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
-    mr = {mr}
-    nr = {nr}
-    mp = (m_total + mr - 1) // mr
-    npn = (n_total + nr - 1) // nr
-    n_mblocks = (mp + mb - 1) // mb
-    ib = t % n_mblocks
-    jb = t // n_mblocks
-    i_lo = ib * mb
-    i_hi = min(mp, i_lo + mb)
-    j_lo = jb * nb
-    j_hi = min(npn, j_lo + nb)
-    ldc = (j_hi - j_lo) * nr
-    cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
-    accrow = np.empty(ldc, np.int32)
-    one_row = (m_total - 1) % mr == 0
-    for jp in range(j_lo, j_hi):
-        half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
-        img = jp // pan_per_img
-        q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
-        for ip in range(i_lo, i_hi):
-            if one_row and ip == mp - 1:
-                _MKT1_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_{name}(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-    i0 = i_lo * mr
-    j0 = j_lo * nr
-    _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
-              row_off, col_off, out32, out8, accrow)
 
 
 @njit(cache=True, parallel=True)
@@ -286,8 +258,8 @@ def conv_direct_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 '''
 
 
@@ -311,7 +283,7 @@ _MK1_avx512vnni_u = make_microkernel(*_config("avx512vnni", True, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -410,7 +382,7 @@ _MK1_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, one_row=True)
 
 @njit(cache=True, inline="always")
 def _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -516,9 +488,8 @@ _MKT1_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, one_row=True
 
 
 @njit(cache=True, inline="always")
-def _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
+def _block_direct_avx512vnni_s(P, Q, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -530,9 +501,14 @@ def _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps
     i_hi = min(mp, i_lo + mb)
     j_lo = jb * nb
     j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
         half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
@@ -540,19 +516,22 @@ def _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps
         q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MKT1_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_avx512vnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                _MKT1_avx512vnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx512vnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx512vnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
               row_off, col_off, out32, out8, accrow)
+
+
+
 
 
 @njit(cache=True, parallel=True)
@@ -575,8 +554,8 @@ def conv_direct_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, 
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
 _MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
@@ -585,7 +564,7 @@ _MK1_avxvnni_u = make_microkernel(*_config("avxvnni", True, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -684,7 +663,7 @@ _MK1_avxvnni_s = make_microkernel(*_config("avxvnni", False, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -790,9 +769,8 @@ _MKT1_avxvnni_s = make_microkernel(*_config("avxvnni", False, one_row=True), q_t
 
 
 @njit(cache=True, inline="always")
-def _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
+def _block_direct_avxvnni_s(P, Q, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -804,9 +782,14 @@ def _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m
     i_hi = min(mp, i_lo + mb)
     j_lo = jb * nb
     j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
         half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
@@ -814,19 +797,22 @@ def _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m
         q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MKT1_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_avxvnni_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                _MKT1_avxvnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avxvnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avxvnni_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
               row_off, col_off, out32, out8, accrow)
+
+
+
 
 
 @njit(cache=True, parallel=True)
@@ -849,8 +835,8 @@ def conv_direct_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq,
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
 _MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
@@ -859,7 +845,7 @@ _MK1_avx512bw_u = make_microkernel(*_config("avx512bw", True, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -958,7 +944,7 @@ _MK1_avx512bw_s = make_microkernel(*_config("avx512bw", False, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -1064,9 +1050,8 @@ _MKT1_avx512bw_s = make_microkernel(*_config("avx512bw", False, one_row=True), q
 
 
 @njit(cache=True, inline="always")
-def _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
+def _block_direct_avx512bw_s(P, Q, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 8
     nr = 32
     mp = (m_total + mr - 1) // mr
@@ -1078,9 +1063,14 @@ def _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, 
     i_hi = min(mp, i_lo + mb)
     j_lo = jb * nb
     j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 8 rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
         half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
@@ -1088,19 +1078,22 @@ def _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, 
         q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MKT1_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_avx512bw_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                _MKT1_avx512bw_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx512bw_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx512bw_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
               row_off, col_off, out32, out8, accrow)
+
+
+
 
 
 @njit(cache=True, parallel=True)
@@ -1123,8 +1116,8 @@ def conv_direct_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
 _MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
@@ -1133,7 +1126,7 @@ _MK1_avx2ub_u = make_microkernel(*_config("avx2ub", True, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 4
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1232,7 +1225,7 @@ _MK1_avx2ub_s = make_microkernel(*_config("avx2ub", False, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 4
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1338,9 +1331,8 @@ _MKT1_avx2ub_s = make_microkernel(*_config("avx2ub", False, one_row=True), q_tab
 
 
 @njit(cache=True, inline="always")
-def _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
+def _block_direct_avx2ub_s(P, Q, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 4
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1352,9 +1344,14 @@ def _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_
     i_hi = min(mp, i_lo + mb)
     j_lo = jb * nb
     j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 4 rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
         half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
@@ -1362,19 +1359,22 @@ def _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_
         q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MKT1_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_avx2ub_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                _MKT1_avx2ub_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx2ub_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx2ub_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
               row_off, col_off, out32, out8, accrow)
+
+
+
 
 
 @njit(cache=True, parallel=True)
@@ -1397,8 +1397,8 @@ def conv_direct_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, 
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 _MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
@@ -1407,7 +1407,7 @@ _MK1_avx2_u = make_microkernel(*_config("avx2", True, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1506,7 +1506,7 @@ _MK1_avx2_s = make_microkernel(*_config("avx2", False, one_row=True))
 
 @njit(cache=True, inline="always")
 def _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
-                  mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1612,9 +1612,8 @@ _MKT1_avx2_s = make_microkernel(*_config("avx2", False, one_row=True), q_table=T
 
 
 @njit(cache=True, inline="always")
-def _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm,
-                         zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
-                         out32, out8):
+def _block_direct_avx2_s(P, Q, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, v1, u2, v2,
+        mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
     mr = 6
     nr = 16
     mp = (m_total + mr - 1) // mr
@@ -1626,9 +1625,14 @@ def _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_to
     i_hi = min(mp, i_lo + mb)
     j_lo = jb * nb
     j_hi = min(npn, j_lo + nb)
+    # task t: M-block t % n_mblocks of N-block t // n_mblocks. The task's whole block of sums, then one
+    # epilogue over long rows: per-tile epilogues cost more than the tile's own arithmetic when K is small
+    # (1x1 convolutions)
     ldc = (j_hi - j_lo) * nr
     cbuf = np.empty((i_hi - i_lo) * mr * ldc, np.int32)
     accrow = np.empty(ldc, np.int32)
+    # a last panel of one row (a one-row product: one token's projection) runs the one-row microkernel, which
+    # reads that row of the panel alone: the full one computes 6 rows for it
     one_row = (m_total - 1) % mr == 0
     for jp in range(j_lo, j_hi):
         half = _upper_half_unused(col_off, n_total, jp * nr + nr // 2, (jp + 1) * nr)
@@ -1636,19 +1640,22 @@ def _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_to
         q_off = img * q_img + chan_off + (jp - img * pan_per_img) * nr
         for ip in range(i_lo, i_hi):
             if one_row and ip == mp - 1:
-                _MKT1_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            elif half:
-                _MKTH_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
-                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
-            else:
-                _MKT_avx2_s(P, ip * ksteps * mr, xq, q_off, qtab, ksteps, cbuf,
+                _MKT1_avx2_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
                             (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            elif half:
+                _MKTH_avx2_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                            (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
+            else:
+                _MKT_avx2_s(P, ip * ksteps * mr, Q, q_off, qtab, ksteps, cbuf,
+                           (ip - i_lo) * mr * ldc + (jp - j_lo) * nr, ldc)
     i0 = i_lo * mr
     j0 = j_lo * nr
     _epilogue(cbuf, ldc, i0, j0, min((i_hi - i_lo) * mr, m_total - i0), min(ldc, n_total - j0),
-              rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+              rterm, cterm, u1, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
               row_off, col_off, out32, out8, accrow)
+
+
+
 
 
 @njit(cache=True, parallel=True)
@@ -1671,8 +1678,8 @@ def conv_direct_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
             while load_acquire(claim, 1) < n_fill:
                 pass
             _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_r, mult, mult_rs, mult_cs, mode, yzp, qmin,
-                                 qmax, row_off, col_off, out32, out8)
+                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 
 GEMM_DRIVERS = {
@@ -1712,10 +1719,11 @@ if __name__ == "__main__":  # regenerate the copies from the templates
         _op, mr, nv, lanes, g, _f = PATHS[path]
         for bu in (True, False):
             name = f"{path}_{'u' if bu else 's'}"
-            parts.append(BLOCK_TEMPLATE.format(name=name, path=path, bcast_unsigned=bu, mr=mr, nr=nv * lanes))
+            parts.append(_block_text(name, path, bu, mr, nv * lanes))
             parts.append((GEMM_TEMPLATE if bu else CONV_TEMPLATE).format(name=name, mr=mr, nr=nv * lanes, g=g))
             if not bu:
-                parts.append(DIRECT_TEMPLATE.format(name=name, path=path, mr=mr, nr=nv * lanes))
+                parts.append(_block_text(name, path, bu, mr, nv * lanes, direct=True))
+                parts.append(DIRECT_TEMPLATE.format(name=name, mr=mr, nr=nv * lanes))
     table = "".join(f'    "{p}": gemm_tiles_{p}_u,\n' for p in paths)
     conv_table = "".join(f'    "{p}": conv_tiles_{p}_s,\n' for p in paths)
     direct_table = "".join(f'    "{p}": conv_direct_{p}_s,\n' for p in paths)
