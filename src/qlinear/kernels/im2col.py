@@ -1184,48 +1184,13 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     cg = packed.group_channels
     m_g = m_total // group
     mb, nb = ig.block_sizes(m_g, plan.q_total, mr, plan.nr, 0)
-    # stride 1 with taps to replicate (im2col copies each input byte once per tap), weight zero points 0: the
-    # GEMM reads the padded, channel-interleaved input in place of im2col panels (_drivers.DIRECT_TEMPLATE).
-    # A 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
-    # The same at strides (2, 2) on the polyphase input (C-K3): each channel group's four phase planes.
+    # stride 1 or (2, 2) with taps to replicate (im2col copies each input byte once per tap), weight zero points
+    # 0: the GEMM may read the padded, channel-interleaved input in place of im2col panels (_direct_launch). A
+    # 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
     direct = (packed.direct_groups(plan.g) if _DIRECT is not False and (plan.virtual or plan.poly)
               and packed.taps > 1 else None)
     if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
-        g, nr = plan.g, plan.nr
-        cgp = -(-cg // g) * g
-        phases = 4 if plan.poly else 1
-        plane = plan.hq * plan.wq if plan.poly else plan.plane
-        pitch = -(-plane // 32) * 32 + 32  # room for a row's vector runs past the plane (_interleave_plane)
-        q_group = cgp // g * phases * pitch
-        q_img = group * q_group
-        if plan.poly:  # koff's (c * 4 + phase) * hq * wq + offset, with channel groups and the pitch
-            dh, dw = plan.d3[1], plan.d3[2]
-            kh_i, kw_i = np.meshgrid(np.arange(plan.kern3[1]), np.arange(plan.kern3[2]), indexing="ij")
-            taps_off = ((2 * ((kh_i * dh) % 2) + (kw_i * dw) % 2) * pitch + ((kh_i * dh) // 2) * plan.wq
-                        + (kw_i * dw) // 2).reshape(-1)
-            geo = (cg, g, cgp, 1) + tuple(plan.x3_shape[3:]) + (1, plan.hq, plan.wq, 0, plan.pb3[1], plan.pb3[2])
-        else:
-            taps_off = plan.koff[:packed.taps]
-            geo = (cg, g, cgp) + tuple(plan.x3_shape[2:]) + tuple(plan.xp_shape[2:]) + tuple(plan.pb3)
-        qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * (phases * pitch) + taps_off[None, :]).reshape(-1)
-        # the last panel of the last image reads up to NR columns past its plane, from its last channel group
-        last = (n_img - 1) * q_img + (group - 1) * q_group + (plan.pan_per_img - 1) * nr + int(qtab.max()) + nr
-        geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * c_in, int(plan.poly)), np.int64)
-        alt = ConvLaunch(packed, weight_plan, rq, za, bias, launch.geometry, launch.may_overflow)
-        alt.flip, alt.zau = launch.flip, launch.zau
-        alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
-        alt.kind, alt.kernel = "direct_gemm", ig.conv_direct_driver(path)
-        alt.direct_size = max(n_img * q_img, last) + 32
-        alt.args = []
-        for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
-            p_w, ks = pd.packed(path)
-            rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
-            # the first group's call interleaves every group's planes
-            n_fill = n_img * group * (cgp // g) * phases if gi == 0 else 0
-            alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab),
-                             q_img, plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi],
-                             plan.zeros_r, read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax,
-                             plan.row_off[gi], plan.col_off)))
+        alt = _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img)
         if _DIRECT is True:
             return alt
         # whether reading the input in place beats packing its panels depends on the layer and the CPU (3x3
@@ -1251,6 +1216,51 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
     return launch
+
+
+def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) -> ConvLaunch:
+    """The direct path's launch of the call `launch` prepares (_drivers.DIRECT_TEMPLATE, docs/semantics.md C-K4):
+    the weights ``direct`` (PackedConv.direct_groups), the offsets of each K step's run in the interleaved input
+    (at strides (2, 2) its four phase planes per channel group, C-K3), and what the interleaving tasks need."""
+    packed, plan, rq = launch.packed, launch.plan, launch.rq
+    g, nr, mr = plan.g, plan.nr, plan.mr
+    cg, group = packed.group_channels, packed.group
+    m_g = packed.out_channels // group
+    cgp = -(-cg // g) * g
+    phases = 4 if plan.poly else 1
+    plane = plan.hq * plan.wq if plan.poly else plan.plane
+    pitch = -(-plane // 32) * 32 + 32  # room for a row's vector runs past the plane (_interleave_plane)
+    q_group = cgp // g * phases * pitch
+    q_img = group * q_group
+    if plan.poly:  # koff's (c * 4 + phase) * hq * wq + offset, with channel groups and the pitch
+        dh, dw = plan.d3[1], plan.d3[2]
+        kh_i, kw_i = np.meshgrid(np.arange(plan.kern3[1]), np.arange(plan.kern3[2]), indexing="ij")
+        taps_off = ((2 * ((kh_i * dh) % 2) + (kw_i * dw) % 2) * pitch + ((kh_i * dh) // 2) * plan.wq
+                    + (kw_i * dw) // 2).reshape(-1)
+        geo = (cg, g, cgp, 1) + tuple(plan.x3_shape[3:]) + (1, plan.hq, plan.wq, 0, plan.pb3[1], plan.pb3[2])
+    else:
+        taps_off = plan.koff[:packed.taps]
+        geo = (cg, g, cgp) + tuple(plan.x3_shape[2:]) + tuple(plan.xp_shape[2:]) + tuple(plan.pb3)
+    qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * (phases * pitch) + taps_off[None, :]).reshape(-1)
+    # the last panel of the last image reads up to NR columns past its plane, from its last channel group
+    last = (n_img - 1) * q_img + (group - 1) * q_group + (plan.pan_per_img - 1) * nr + int(qtab.max()) + nr
+    geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly)), np.int64)
+    alt = ConvLaunch(packed, weight_plan, rq, launch.za, launch.bias, launch.geometry, launch.may_overflow)
+    alt.flip, alt.zau = launch.flip, launch.zau
+    alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
+    alt.kind, alt.kernel = "direct_gemm", ig.conv_direct_driver(path)
+    alt.direct_size = max(n_img * q_img, last) + 32
+    alt.args = []
+    k_total = cg * packed.taps
+    for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
+        p_w, ks = pd.packed(path)
+        rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
+        n_fill = n_img * group * (cgp // g) * phases if gi == 0 else 0  # the first group's call interleaves all
+        alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab), q_img,
+                         plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r,
+                         read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi],
+                         plan.col_off)))
+    return alt
 
 
 class ConvLaunch:
