@@ -247,12 +247,13 @@ def conv_direct_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:
@@ -543,12 +544,13 @@ def conv_direct_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, 
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:
@@ -824,12 +826,13 @@ def conv_direct_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq,
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:
@@ -1105,12 +1108,13 @@ def conv_direct_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:
@@ -1386,12 +1390,13 @@ def conv_direct_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, 
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:
@@ -1667,12 +1672,13 @@ def conv_direct_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
     n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
     claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
+        scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
             if t >= n_tasks:
                 break
             if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo)
+                _interleave_plane(xq, x, t, geo, scratch)
                 fetch_add(claim, 1, 1)
                 continue
             while load_acquire(claim, 1) < n_fill:

@@ -13,7 +13,8 @@ from numba import njit, prange  # noqa: E402
 
 from qlinear.kernels._microkernel import (pack_pair16, pack_pair32, pack_pair32_stride2,  # noqa: E402
                                          pack_quad16, pack_quad32, pack_quad32_stride2)
-from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
+from qlinear.kernels._byte_moves import split2_xor, split2_xor_whole  # noqa: E402
+from qlinear.kernels._vector_width import host_has, use_512_bit_vectors  # noqa: E402
 
 
 # The run loops below use slices indexed by a range() variable (numba then drops its negative-index
@@ -308,53 +309,100 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
 
 
 
+# AVX-512BW moves exactly the bytes of a mask; elsewhere LLVM expands a byte-masked move into a branch per byte, and
+# _pad_phases2 takes whole vectors where they fit (split2_xor_whole)
+_MASKED_BYTES = host_has("avx512bw")
+
+@njit(cache=True, inline="always")
+def _fill(a, lo, hi, value):
+    """a[lo:hi] = value, as a loop LLVM turns into a memset (numba's slice assignment costs ~50 ns)."""
+    run = a[lo:hi]
+    for i in range(hi - lo):
+        run[i] = value
+
+@njit(cache=True, nogil=True)
+def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
+    """The four stride-2 phases of the zero-point-padded input, for convolutions with strides (2, 2): for each
+    plane of x (planes x h x w, uint8 bits, ^ flip) and each phase p = 2 * rh + rw, the hq x wq plane
+    xp[((plane * 4 + p) * hq + i) * wq + j] = padded[2i + rh, 2j + rw], where padded is x with pt rows and
+    pl columns of zau before it and zau past its end; the slack past the planes is set to zau. A tap of the
+    strided convolution then reads one phase at stride 1, so it packs like a stride-1 convolution (virtual
+    columns of pitch wq). Each input row is split by column parity with masked vector moves (split2_xor)."""
+    # every byte zau first (one memset: the pads cut each phase row into short runs, ~5 ns a run to fill),
+    # then x's rows split into place
+    _fill(xp, 0, xp.size, zau)
+    n_x = x.size
+    for pln in range(planes):
+        for rh in range(2):
+            # x's even columns land in column phase pl % 2 from column pl // 2 on, its odd ones in the other
+            pe = (pln * 4 + 2 * rh + pl % 2) * hq * wq + pl // 2
+            po = (pln * 4 + 2 * rh + (pl + 1) % 2) * hq * wq + (pl + 1) // 2
+            # the phase planes' ends: a whole-vector run may spill past its row, never past its plane
+            end_e = (pln * 4 + 2 * rh + pl % 2 + 1) * hq * wq
+            end_o = (pln * 4 + 2 * rh + (pl + 1) % 2 + 1) * hq * wq
+            # phase rows i whose padded row 2i + rh lies in x, in increasing order: what a row's runs spill
+            # into the rows after it is set back to zau at once, and the data of those rows comes later
+            for i in range((pt - rh + 1) // 2, min(hq, (pt + h - rh + 1) // 2)):
+                src = (pln * h + 2 * i + rh - pt) * w
+                de, do = pe + i * wq, po + i * wq
+                spill_e = de
+                spill_o = do
+                for c in range(0, w, 64):
+                    if (not _MASKED_BYTES and src + c + 64 <= n_x and de + c // 2 + 32 <= end_e
+                            and do + c // 2 + 32 <= end_o):
+                        split2_xor_whole(x, src + c, flip, xp, de + c // 2, do + c // 2)
+                        spill_e = de + c // 2 + 32
+                        spill_o = do + c // 2 + 32
+                    else:
+                        split2_xor(x, src + c, min(64, w - c), flip, xp, de + c // 2, do + c // 2)
+                _fill(xp, de + (w + 1) // 2, spill_e, zau)
+                _fill(xp, do + w // 2, spill_o, zau)
+
+
 @njit(cache=True)
-def _interleave_plane(xq, x, t, geo):
-    """Plane t of the direct path's input: _interleave_phase_plane for strides (2, 2) (geo[16] set), else
+def _interleave_plane(xq, x, t, geo, scratch):
+    """Task t of the direct path's input: _interleave_phase_group at strides (2, 2) (geo[16] set), else
     _interleave_plane_s1."""
     if geo[16]:
-        _interleave_phase_plane(xq, x, t, geo)
+        _interleave_phase_group(xq, x, t, geo, scratch)
     else:
         _interleave_plane_s1(xq, x, t, geo)
 
 
 @njit(cache=True)
-def _interleave_phase_plane(xq, xp, t, geo):
-    """Plane t of the direct path's input at strides (2, 2): for convolution group q, channel group j and
-    phase p (t = (q * cgp // g + j) * 4 + p), the phase planes p of channels q*cg + j*g ... + g-1 of xp (the
-    input padded and split into its four phases by _pad_phases2, int8 bits already flipped) interleaved as in
-    _interleave_plane_s1: one contiguous run of hq * wq positions per channel, whole 32-lane vectors (the
-    last one's reads land in the next plane or xp's slack, its writes in the pitch's room past the plane).
+def _interleave_phase_group(xq, x, t, geo, scratch):
+    """Channel group t of the direct path's input at strides (2, 2): for convolution group q and channel group j
+    (t = q * cgp // g + j), x's channels q*cg + j*g ... + g-1 padded and split into their four stride-2 phases
+    (_pad_phases2, into the worker's ``scratch``), then each phase plane p interleaved as in
+    _interleave_plane_s1 at xq[(t * 4 + p) * pitch:], one contiguous run of hq * wq positions per channel in
+    whole 32-lane vectors (the last one's reads land in the scratch's slack, its writes in the pitch's room).
 
-    geo: (cg, g, cgp, 1, h, w, 1, hq, wq, 0, pt, pl, pitch, flip, zau, planes, 1)."""
+    geo: (cg, g, cgp, 1, h, w, 1, hq, wq, 0, pt, pl, pitch, flip, zau, planes, 1, scratch bytes)."""
     use_512_bit_vectors()
-    cg, g, cgp, hq, wq, pitch, planes = geo[0], geo[1], geo[2], geo[7], geo[8], geo[12], geo[15]
+    cg, g, cgp, h, w = geo[0], geo[1], geo[2], geo[4], geo[5]
+    hq, wq, pt, pl, pitch, planes = geo[7], geo[8], geo[10], geo[11], geo[12], geo[15]
     per_q = cgp // g
     n = hq * wq
-    ph = t % 4
-    qj = t // 4
-    q = qj // per_q
-    j = qj - q * per_q
-    last = q * cg + cg - 1
-    a0 = (min(q * cg + j * g, last) * 4 + ph) * n
-    a1 = (min(q * cg + j * g + 1, last) * 4 + ph) * n
-    a2 = (min(q * cg + j * g + 2, last) * 4 + ph) * n
-    a3 = (min(q * cg + j * g + 3, last) * 4 + ph) * n
-    top = max(a0, a1, a2, a3) if g == 4 else max(a0, a1)
-    xsize = xp.size
-    o = t * pitch
-    for c in range(0, n, 32):
-        if top + c + 32 <= xsize:
+    q = t // per_q
+    j = t - q * per_q
+    c0 = q * cg + j * g
+    valid = min(g, cg - j * g)  # the group's channels in x; the others repeat its last (their weights are 0)
+    hw = h * w
+    _pad_phases2(x[c0 * hw:(c0 + valid) * hw], np.uint8(geo[13]), np.uint8(geo[14]), scratch, valid, h, w, hq,
+                 wq, pt, pl)
+    for ph in range(4):
+        a0 = ph * n
+        a1 = (min(1, valid - 1) * 4 + ph) * n
+        a2 = (min(2, valid - 1) * 4 + ph) * n
+        a3 = (min(3, valid - 1) * 4 + ph) * n
+        o = (t * 4 + ph) * pitch
+        for c in range(0, n, 32):
             if g == 4:
-                pack_quad32(xq, o + c, xp, a0 + c, a1 + c, a2 + c, a3 + c)
+                pack_quad32(xq, o + c, scratch, a0 + c, a1 + c, a2 + c, a3 + c)
             else:
-                pack_pair32(xq, o + c, xp, a0 + c, a1 + c)
-        elif g == 4:
-            _quad_run(xq, o + c, xp, a0 + c, a1 + c, a2 + c, a3 + c, 1, min(32, n - c))
-        else:
-            _pair_run(xq, o + c, xp, a0 + c, a1 + c, 1, min(32, n - c))
-    if t == planes // cg * per_q * 4 - 1:
-        for i in range((t + 1) * pitch, xq.size):
+                pack_pair32(xq, o + c, scratch, a0 + c, a1 + c)
+    if t == planes // cg * per_q - 1:
+        for i in range((t + 1) * 4 * pitch, xq.size):
             xq[i] = 0
 
 

@@ -35,8 +35,7 @@ from qlinear.kernels._arguments import read_only
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._byte_moves import (copy32_xor, split2_xor, split2_xor_whole, transpose16, transpose32,
-                                              zip4x16)
+    from qlinear.kernels._byte_moves import copy32_xor, transpose16, transpose32, zip4x16
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
                                               depthwise_taps9_pairs)
     from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
@@ -185,9 +184,9 @@ def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
 
 # ----------------------------------------------------------------------------------------------- numba kernels
 if ig.HAVE_NUMBA:
-    from qlinear.kernels._im2col_packers import (_colsum_run, _colsum_strided,  # noqa: F401
-                                                 _pack_panel_strided, _pack_panel_virtual, _pair_run, _phase_split,
-                                                 _quad_run, _quad_strided)
+    from qlinear.kernels._im2col_packers import (_MASKED_BYTES, _colsum_run, _colsum_strided, _fill,  # noqa: F401
+                                                 _pack_panel_strided, _pack_panel_virtual, _pad_phases2, _pair_run,
+                                                 _phase_split, _quad_run, _quad_strided)
 
     @njit(cache=True, parallel=True)
     def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
@@ -706,55 +705,6 @@ if ig.HAVE_NUMBA:
                     job += n_ch
 
 
-    # AVX-512BW moves exactly the bytes of a mask; elsewhere LLVM expands a byte-masked move into a branch per byte, and
-    # _pad_phases2 takes whole vectors where they fit (split2_xor_whole)
-    _MASKED_BYTES = host_has("avx512bw")
-
-    @njit(cache=True, inline="always")
-    def _fill(a, lo, hi, value):
-        """a[lo:hi] = value, as a loop LLVM turns into a memset (numba's slice assignment costs ~50 ns)."""
-        run = a[lo:hi]
-        for i in range(hi - lo):
-            run[i] = value
-
-    @njit(cache=True, nogil=True)
-    def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
-        """The four stride-2 phases of the zero-point-padded input, for convolutions with strides (2, 2): for each
-        plane of x (planes x h x w, uint8 bits, ^ flip) and each phase p = 2 * rh + rw, the hq x wq plane
-        xp[((plane * 4 + p) * hq + i) * wq + j] = padded[2i + rh, 2j + rw], where padded is x with pt rows and
-        pl columns of zau before it and zau past its end; the slack past the planes is set to zau. A tap of the
-        strided convolution then reads one phase at stride 1, so it packs like a stride-1 convolution (virtual
-        columns of pitch wq). Each input row is split by column parity with masked vector moves (split2_xor)."""
-        # every byte zau first (one memset: the pads cut each phase row into short runs, ~5 ns a run to fill),
-        # then x's rows split into place
-        _fill(xp, 0, xp.size, zau)
-        n_x = x.size
-        for pln in range(planes):
-            for rh in range(2):
-                # x's even columns land in column phase pl % 2 from column pl // 2 on, its odd ones in the other
-                pe = (pln * 4 + 2 * rh + pl % 2) * hq * wq + pl // 2
-                po = (pln * 4 + 2 * rh + (pl + 1) % 2) * hq * wq + (pl + 1) // 2
-                # the phase planes' ends: a whole-vector run may spill past its row, never past its plane
-                end_e = (pln * 4 + 2 * rh + pl % 2 + 1) * hq * wq
-                end_o = (pln * 4 + 2 * rh + (pl + 1) % 2 + 1) * hq * wq
-                # phase rows i whose padded row 2i + rh lies in x, in increasing order: what a row's runs spill
-                # into the rows after it is set back to zau at once, and the data of those rows comes later
-                for i in range((pt - rh + 1) // 2, min(hq, (pt + h - rh + 1) // 2)):
-                    src = (pln * h + 2 * i + rh - pt) * w
-                    de, do = pe + i * wq, po + i * wq
-                    spill_e = de
-                    spill_o = do
-                    for c in range(0, w, 64):
-                        if (not _MASKED_BYTES and src + c + 64 <= n_x and de + c // 2 + 32 <= end_e
-                                and do + c // 2 + 32 <= end_o):
-                            split2_xor_whole(x, src + c, flip, xp, de + c // 2, do + c // 2)
-                            spill_e = de + c // 2 + 32
-                            spill_o = do + c // 2 + 32
-                        else:
-                            split2_xor(x, src + c, min(64, w - c), flip, xp, de + c // 2, do + c // 2)
-                    _fill(xp, de + (w + 1) // 2, spill_e, zau)
-                    _fill(xp, do + w // 2, spill_o, zau)
-
     @njit(cache=True, nogil=True)
     def _pad_rows(x, s0, flip, xp, o0, h, w, wp, right, zau):
         """_pad_input's element-by-element path for a plane whose vector runs would leave x or xp: h rows of w
@@ -1244,7 +1194,10 @@ def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) 
     qtab = (np.arange(cgp // g, dtype=np.int64)[:, None] * (phases * pitch) + taps_off[None, :]).reshape(-1)
     # the last panel of the last image reads up to NR columns past its plane, from its last channel group
     last = (n_img - 1) * q_img + (group - 1) * q_group + (plan.pan_per_img - 1) * nr + int(qtab.max()) + nr
-    geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly)), np.int64)
+    # strides (2, 2): each task splits one channel group's g planes into their phases first (_pad_phases2),
+    # in a scratch of the worker's with room for the vector runs past its end
+    scratch = g * 4 * plan.hq * plan.wq + 64 if plan.poly else 0
+    geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly), scratch), np.int64)
     alt = ConvLaunch(packed, weight_plan, rq, launch.za, launch.bias, launch.geometry, launch.may_overflow)
     alt.flip, alt.zau = launch.flip, launch.zau
     alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
@@ -1255,7 +1208,7 @@ def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) 
     for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
         p_w, ks = pd.packed(path)
         rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
-        n_fill = n_img * group * (cgp // g) * phases if gi == 0 else 0  # the first group's call interleaves all
+        n_fill = n_img * group * (cgp // g) if gi == 0 else 0  # the first group's call interleaves them all
         alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab), q_img,
                          plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r,
                          read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi],
@@ -1314,8 +1267,7 @@ class ConvLaunch:
             ig.call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
             return out
         if kind == "direct_gemm":
-            # stride 1: the tasks pad x themselves; strides (2, 2): they interleave its phase split
-            xc = self._padded(x) if plan.poly else np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # the region's first tasks pad it
             xq = np.empty(self.direct_size, np.int32)
             n_workers = 1 if serial else workers
             for head, rest in self.args:
