@@ -308,10 +308,10 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
             packed[dst0 + ln] = 0
 
 
-
 # AVX-512BW moves exactly the bytes of a mask; elsewhere LLVM expands a byte-masked move into a branch per byte, and
 # _pad_phases2 takes whole vectors where they fit (split2_xor_whole)
 _MASKED_BYTES = host_has("avx512bw")
+
 
 @njit(cache=True, inline="always")
 def _fill(a, lo, hi, value):
@@ -319,6 +319,7 @@ def _fill(a, lo, hi, value):
     run = a[lo:hi]
     for i in range(hi - lo):
         run[i] = value
+
 
 @njit(cache=True, nogil=True)
 def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
