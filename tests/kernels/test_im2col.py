@@ -142,6 +142,13 @@ def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, mon
     forced = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
     assert (forced.kind == "direct_gemm") == eligible and forced.alt is None
     np.testing.assert_array_equal(forced.run(x), want)
+    # the interleaving in tasks of several channel groups, the last task short (at stride 1: 6 groups, 4 a task)
+    monkeypatch.setattr(im2col, "_FILL_TASK_GROUPS", 4300)
+    forced = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    np.testing.assert_array_equal(forced.run(x), want)
+    monkeypatch.setattr(im2col, "_FILL_TASK_GROUPS", 1)  # a task per channel group
+    forced = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
+    np.testing.assert_array_equal(forced.run(x), want)
     monkeypatch.setattr(im2col, "_DIRECT", False)
     off = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
     assert off.kind != "direct_gemm" and off.alt is None

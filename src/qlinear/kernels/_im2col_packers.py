@@ -362,12 +362,14 @@ def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
 
 @njit(cache=True)
 def _interleave_plane(xq, x, t, geo, scratch):
-    """Task t of the direct path's input: _interleave_phase_group at strides (2, 2) (geo[16] set), else
-    _interleave_plane_s1."""
-    if geo[16]:
-        _interleave_phase_group(xq, x, t, geo, scratch)
-    else:
-        _interleave_plane_s1(xq, x, t, geo)
+    """Task t of the direct path's input: its units t * geo[18] ... (channel groups; geo[19] in all, several to a
+    task where their planes are small: im2col._FILL_TASK_GROUPS), each by _interleave_phase_group at strides
+    (2, 2) (geo[16] set), else _interleave_plane_s1."""
+    for u in range(t * geo[18], min((t + 1) * geo[18], geo[19])):
+        if geo[16]:
+            _interleave_phase_group(xq, x, u, geo, scratch)
+        else:
+            _interleave_plane_s1(xq, x, u, geo)
 
 
 @njit(cache=True)

@@ -1197,7 +1197,11 @@ def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) 
     # strides (2, 2): each task splits one channel group's g planes into their phases first (_pad_phases2),
     # in a scratch of the worker's with room for the vector runs past its end
     scratch = g * 4 * plan.hq * plan.wq + 64 if plan.poly else 0
-    geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly), scratch), np.int64)
+    # the interleaving tasks: channel groups of the whole input, at least _FILL_TASK_GROUPS int32 groups a task
+    units = n_img * group * (cgp // g)
+    per_task = max(1, _FILL_TASK_GROUPS // (phases * plane))
+    geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly), scratch, per_task,
+                          units), np.int64)
     alt = ConvLaunch(packed, weight_plan, rq, launch.za, launch.bias, launch.geometry, launch.may_overflow)
     alt.flip, alt.zau = launch.flip, launch.zau
     alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
@@ -1208,7 +1212,7 @@ def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) 
     for gi, (pw, pd) in enumerate(zip(packed.groups, direct)):
         p_w, ks = pd.packed(path)
         rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
-        n_fill = n_img * group * (cgp // g) if gi == 0 else 0  # the first group's call interleaves them all
+        n_fill = -(-units // per_task) if gi == 0 else 0  # the first group's call interleaves them all
         alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab), q_img,
                          plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r,
                          read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi],
@@ -1337,6 +1341,9 @@ _USE_POLYPHASE = True
 # the direct path (weights with zero points 0 read the interleaved input in place): None times it against the
 # packed one per layer shape (threads.FasterOf); tests force it (True) or switch it off (False)
 _DIRECT = None
+# int32 groups an interleaving task of the direct path writes at least: a task per channel group made 128 tasks
+# of 7x7 planes for 3x3 512 @7, each claimed with two atomic additions for a few hundred bytes of work
+_FILL_TASK_GROUPS = 4096
 # virtual columns are taken while they fill at most this many times the panels of the real ones. Measured with
 # the vector packers (1 thread): batch-8 layers at 28x28 (25 panels per image for 24.5) and 3x3 at 14x14
 # (56 panels for 49) are 10-30% faster virtual, 7x7 batch 8 (16 for 13) 12-19% slower
