@@ -370,6 +370,9 @@ def _interleave_plane(xq, x, t, geo, scratch):
             _interleave_phase_group(xq, x, u, geo, scratch)
         else:
             _interleave_plane_s1(xq, x, u, geo)
+    if (t + 1) * geo[18] >= geo[19]:  # the last task zeroes xq's slack: the last panels' K steps read into it
+        for i in range(geo[19] * (4 if geo[16] else 1) * geo[12], xq.size):
+            xq[i] = 0
 
 
 @njit(cache=True)
@@ -383,7 +386,7 @@ def _interleave_phase_group(xq, x, t, geo, scratch):
     geo: (cg, g, cgp, 1, h, w, 1, hq, wq, 0, pt, pl, pitch, flip, zau, planes, 1, scratch bytes)."""
     use_512_bit_vectors()
     cg, g, cgp, h, w = geo[0], geo[1], geo[2], geo[4], geo[5]
-    hq, wq, pt, pl, pitch, planes = geo[7], geo[8], geo[10], geo[11], geo[12], geo[15]
+    hq, wq, pt, pl, pitch = geo[7], geo[8], geo[10], geo[11], geo[12]
     per_q = cgp // g
     n = hq * wq
     q = t // per_q
@@ -404,9 +407,6 @@ def _interleave_phase_group(xq, x, t, geo, scratch):
                 pack_quad32(xq, o + c, scratch, a0 + c, a1 + c, a2 + c, a3 + c)
             else:
                 pack_pair32(xq, o + c, scratch, a0 + c, a1 + c)
-    if t == planes // cg * per_q - 1:
-        for i in range((t + 1) * 4 * pitch, xq.size):
-            xq[i] = 0
 
 
 @njit(cache=True)
@@ -419,11 +419,11 @@ def _interleave_plane_s1(xq, x, t, geo):
     geo: (cg, g, cgp, d, h, w, dp, hp, wp, p0, p1, p2, pitch, flip, zau, planes, 0) of x (planes = N * C). An
     input row is read as whole 32-lane runs that may spill up to 31 groups past the row: the pads are
     written after them, the next row after that, and pitch leaves 32 groups past the plane (another
-    thread's plane is never touched). The last plane also zeroes xq's slack."""
+    thread's plane is never touched)."""
     use_512_bit_vectors()
     cg, g, cgp, d, h, w = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
     dp, hp, wp, p0, p1, p2, pitch = geo[6], geo[7], geo[8], geo[9], geo[10], geo[11], geo[12]
-    flip, zau, planes = geo[13], geo[14], geo[15]
+    flip, zau = geo[13], geo[14]
     xsize = x.size
     per_q = cgp // g
     q = t // per_q
@@ -471,6 +471,3 @@ def _interleave_plane_s1(xq, x, t, geo):
                 xq[i] = zword
             for i in range(o + w, row + wp):
                 xq[i] = zword
-    if t == planes // cg * per_q - 1:
-        for i in range((t + 1) * pitch, xq.size):
-            xq[i] = 0
