@@ -16,6 +16,7 @@ import pytest
 import qlinear.tf
 from qlinear.kernels import quantize_linear as kernels
 from qlinear.kernels import tf_quantize as fast
+from suite import tf_types
 
 F32 = np.float32
 X = np.array([-3.0, -1.5, -0.5, -1e-3, 0.0, 0.49999997, 0.5, 1.5, 2.5, 6.0, 127.5, np.nan, np.inf, -np.inf],
@@ -53,14 +54,17 @@ def _empty_tables():
     yield
 
 
-# Attribute sets that share one range; each differs from its neighbours in one attribute.
+# Attribute sets that share one range; each differs from its neighbours in one attribute. Every mode for the
+# types whose kernels this run compiles (`suite.tf_types`: each type's serial kernels take 15-20 s to compile per
+# type cold); the other types once each, next to the same attributes of the first: T is in the key too.
+_TYPES = ["qint8", "quint8", "qint16"]
 QUANTIZE_ATTRIBUTES = [
     dict(T=T, mode=mode, round_mode=rm, narrow_range=narrow, ensure_minimum_range=ensure)
-    for T, mode, narrow, ensure in itertools.product(["qint8", "quint8", "qint16"],
-                                                     ["SCALED", "MIN_COMBINED", "MIN_FIRST"],
+    for T, mode, narrow, ensure in itertools.product(tf_types(_TYPES), ["SCALED", "MIN_COMBINED", "MIN_FIRST"],
                                                      [False, True], [0.01, 0.5])
     for rm in (["HALF_TO_EVEN", "HALF_AWAY_FROM_ZERO"] if mode == "SCALED" else ["HALF_AWAY_FROM_ZERO"])
 ]
+QUANTIZE_ATTRIBUTES[1:1] = [dict(QUANTIZE_ATTRIBUTES[0], T=T) for T in _TYPES if T not in tf_types(_TYPES)]
 # Ranges whose float32 values differ in the last bit, in sign of zero, or only before the float32 conversion;
 # and ranges on which each attribute changes the result: (-6, 1) narrow_range (SCALED: the min sets the
 # scale), (-128, 127) round_mode (SCALED qint8: scale 1, so X's halves are ties), (0, 1e-3)
@@ -111,8 +115,11 @@ def test_quantize_v2_many_slices_and_a_full_table(monkeypatch):
 
 
 def test_dequantize_types_attributes_and_ranges_do_not_share_constants():
-    for (lo, hi), T, mode, narrow in itertools.product(RANGES, [np.int8, np.uint8, np.int32],
-                                                      ["SCALED", "MIN_COMBINED", "MIN_FIRST"], [False, True]):
+    compiled = tf_types({"qint8": np.int8, "quint8": np.uint8, "qint32": np.int32})  # as QUANTIZE_ATTRIBUTES
+    sets = [(T, mode, narrow) for T, mode, narrow in itertools.product(compiled.values(), ["SCALED", "MIN_COMBINED",
+                                                                                          "MIN_FIRST"], [False, True])]
+    sets[1:1] = [(T, "SCALED", False) for T in (np.int8, np.uint8, np.int32) if T not in compiled.values()]
+    for (lo, hi), (T, mode, narrow) in itertools.product(RANGES, sets):
         info = np.iinfo(T)
         q = np.array([info.min, -1 if info.min < 0 else 1, 0, 1, 7, info.max], T)
         _check(qlinear.tf.dequantize, q, lo, hi, mode=mode, narrow_range=narrow)
