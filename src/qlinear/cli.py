@@ -111,7 +111,8 @@ The other tensor files have no MX layout: a list compares the formats there.
 Rounding (--rounding, ONNX): below 8 bits round-to-nearest loses much of a model. gptq rounds each
 weight column by column and pushes each column's error onto the columns not yet rounded, weighted by
 the layer's input Hessian summed over the --calibrate samples (one float run); awq scales each input
-channel by its activations' magnitude first (the model divides the layer's input by the same scale);
+channel by its activations' magnitude first (the model divides the layer's input by the same scale,
+folded into the layer that writes it where only per-channel operators lie between, else a Div node);
 adaround learns up or down per weight on the same Hessian; hqq chooses each group's zero point by a
 half-quadratic solver, with no data. --activations float keeps the activations float (weights only).
 Default below 8 bits: gptq given --calibrate, hqq without (int4 on the corpus: recogniser 18.7% with

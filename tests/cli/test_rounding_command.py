@@ -119,7 +119,14 @@ def test_awq_and_adaround_weights_only_beat_round_to_nearest(net, tmp_path, caps
                 assert row["output_sqnr_db"][method] >= row["output_sqnr_db"]["rtn"], row
         errors[name] = float(np.mean((_run(out, x) - reference) ** 2))
         divs = [n for n in onnx.load(str(out)).graph.node if n.op_type == "Div"]
-        assert len(divs) == (3 if name == "awq" else 0)  # awq: each layer's input divided by its channel scales
+        if name == "awq":  # each layer's input divided by its channel scales: conv2's folded into conv1 (past the
+            # Relu), the model input's and fc's (past a Flatten) by Div nodes
+            assert report["model"]["channel_scales"]["folded"] == [{"layer": "conv2", "into": "conv1"}]
+            assert sorted(report["model"]["channel_scales"]["divided"]) == ["conv1", "fc"]
+            assert report["model"]["channel_scales"]["max_difference"] < 1e-4
+            assert [d.output[0] for d in divs] == ["x_scaled", "f_scaled"]
+        else:
+            assert divs == []
     assert errors[method] < errors["rtn"], errors
 
 
@@ -133,6 +140,39 @@ def test_gptq_with_quantized_activations(net, tmp_path, capsys):
     assert report["activations"]["pairs"] > 0
     assert all(r.get("rounding") == "gptq" for r in report["tensors"] if r["quantized"] and len(r["shape"]) > 1)
     assert np.isfinite(_run(out, x)).all()
+
+
+def test_awq_with_quantized_activations_keeps_each_layer_next_to_its_input_pair(net, tmp_path, capsys):
+    """The division by AWQ's channel scales goes before the activation's QuantizeLinear (folded into conv1, or a
+    Div), whose parameters are calibrated on the divided tensor: every Conv and MatMul still reads a
+    DequantizeLinear, as onnxruntime's QDQ fusion needs, and the model is closer to float than round to nearest's."""
+    model, data, x = net
+    reference = _run(model, x)
+    errors = {}
+    for method in ("rtn", "awq"):
+        out = tmp_path / f"static.{method}.onnx"
+        code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", out, "--calibrate", data, "--rounding",
+                                      method, "--no-latency", "--report-samples", "4")
+        assert code == 0, err
+        assert report["model"]["checker"] == "passed"
+        graph = onnx.load(str(out)).graph
+        producers = {o: n for n in graph.node for o in n.output}
+        for node in graph.node:
+            if node.op_type in ("Conv", "MatMul"):
+                assert producers[node.input[0]].op_type == "DequantizeLinear", node.name
+        if method == "awq":
+            assert report["model"]["channel_scales"]["folded"] == [{"layer": "conv2", "into": "conv1"}]
+            divided = [n.output[0] for n in graph.node if n.op_type == "Div"]
+            assert len(divided) == 2  # the model input's and fc's (past a Flatten)
+            # each divided tensor has its own pair, calibrated on it
+            readers = {n.input[0]: n.op_type for n in graph.node}
+            assert [readers[name] for name in divided] == ["QuantizeLinear"] * 2
+        errors[method] = float(np.mean((_run(out, x) - reference) ** 2))
+    assert errors["awq"] < errors["rtn"], errors
+    assert main(["quantize", str(model), "--dtype", "int4", "-o", str(tmp_path / "text.onnx"), "--calibrate", str(data),
+                 "--rounding", "awq", "--no-latency", "--report-samples", "0"]) == 0
+    assert "awq: 1 layers' inputs divided by their channel scales in the layer before them, 2 by a Div node" in \
+        capsys.readouterr().out
 
 
 def test_hqq_needs_no_data_and_beats_round_to_nearest(net, tmp_path, capsys):
@@ -201,7 +241,6 @@ def test_a_weight_inside_a_subgraph_is_rounded_to_nearest_and_said_so(tmp_path, 
     (["--dtype", "int4", "--rounding", "gptq"], "--calibrate"),
     (["--dtype", "mxfp4", "--rounding", "hqq"], "integer zero point"),
     (["--dtype", "int4", "--rounding", "awq"], "--calibrate"),
-    (["--dtype", "int4", "--rounding", "awq", "--calibrate", "DATA"], "--activations float"),
     (["--dtype", "nvfp4", "--rounding", "adaround"], "integer codes"),
     (["--dtype", "int4", "--calibrate", "DATA", "--activations", "float", "--method", "minmax"], "--method"),
     (["--dtype", "int4", "--rounding", "median"], "invalid choice"),

@@ -80,6 +80,33 @@ def test_the_scale_search_through_the_hessian_is_the_authors_on_the_inputs(layer
     assert np.argmin(losses) > 0  # the salient channels call for scaling
 
 
+@pytest.mark.parametrize("layer", [_gemm, _conv])
+def test_with_quantized_inputs_the_search_counts_their_rounding_as_the_transcription_does(layer):
+    """Static quantization rounds the divided input x / s on a uint8 grid: the search's losses add that
+    rounding's expected error, computed from the channels' ranges, as `reference.search_scale(levels=255)`
+    computes it from the inputs; scales that widen the grid cost more than they did."""
+    rng = np.random.default_rng(SEED + 1)
+    w, x, op = layer(rng)
+    # A channel of tiny mean that is not always 0: the scales magnify it most, and with it the input's grid step.
+    spiky = np.isin(a_channels := _setup(w, x, op)[0]["channels"][0], [1])
+    x = x.copy()
+    x[:, spiky] = np.where(rng.random((len(x), 1)) < 0.004, 3.0, 0.0)
+    del a_channels
+    a, _ = _setup(w, x, op, "int4", "block", block=8 if op != "Conv" else 5)
+    means, present = fast.channel_means(a["magnitudes"], a["channels"], a["rows"])
+    quantized = fast.QuantizedInput.of(x.min(axis=0)[None], x.max(axis=0)[None], a["channels"], 255)
+    _, losses = fast.search_scales(a["matrices"], a["hessians"], means, present, a["channels"], a["groups"], a["codec"],
+                                   a["make_params"], quantized_input=quantized, rows=a["rows"])
+    expected, scales = reference.search_scale(a["matrices"][0], x, a["channels"][0],
+                                              _quantizer(a["groups"], a["codec"]), levels=255)
+    np.testing.assert_allclose(losses, expected, rtol=1e-9)
+    _, plain = fast.search_scales(a["matrices"], a["hessians"], means, present, a["channels"], a["groups"], a["codec"],
+                                  a["make_params"])
+    added = [q - p for q, p in zip(losses, plain)]
+    assert min(added) > 0
+    assert added[-1] > 2 * added[0]  # the strongest scaling widens the input's grid most
+
+
 @pytest.mark.parametrize("dtype,kind,symmetric", [("int4", "block", False), ("int4", "axis", False),
                                                   ("int4", "block", True), ("uint8", "block", False)])
 def test_the_clip_search_through_the_hessian_is_the_authors_on_the_inputs(dtype, kind, symmetric):
@@ -114,7 +141,8 @@ CASES = [("int4", "block", False), ("int4", "axis", False), ("int4", "block", Tr
 
 @pytest.mark.parametrize("dtype,kind,symmetric", CASES)
 @pytest.mark.parametrize("layer", [_gemm, _conv])
-def test_awq_gives_quantize_linears_codes_and_never_a_larger_error(dtype, kind, symmetric, layer):
+@pytest.mark.parametrize("clip", [False, True])  # the clipping search: off by default (fast.CLIP), still exact
+def test_awq_gives_quantize_linears_codes_and_never_a_larger_error(dtype, kind, symmetric, layer, clip):
     rng = np.random.default_rng(SEED + 2)
     w, x, op = layer(rng)
     block = {"mxfp4": 32, "mxint8": 32, "nvfp4": 16}.get(dtype, 8)
@@ -125,7 +153,7 @@ def test_awq_gives_quantize_linears_codes_and_never_a_larger_error(dtype, kind, 
     plain.choose_all(matrices)
     zero = plain.zeros[groups.of] if plain.zeros is not None else None
     _, nearest = codec.round(matrices, plain.effective[groups.of], zero)
-    codes, values, scales = fast.awq(**a)
+    codes, values, scales = fast.awq(**a, clip=clip)
     assert scales.dtype == np.float32 and scales.shape == (int(a["channels"].max()) + 1,)
     columns = scales.astype(np.float64)[a["channels"]][:, None, :]
     # (a) QuantizeLinear's codes of the scaled weight on the last grid made, DequantizeLinear's values

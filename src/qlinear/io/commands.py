@@ -101,10 +101,6 @@ def _with_rounding(args, settings: Settings) -> Settings:
     if method == "adaround" and (settings.mx is not None or not settings.qtype.is_integer):
         raise UserError(f"--rounding adaround rounds up or down between integer codes; --dtype {settings.dtype_name} "
                         f"has none (use gptq, awq or rtn)")
-    if method == "awq" and calibrate and getattr(args, "activations", None) != "float":
-        raise UserError("--rounding awq divides each layer's input by its channel scales, which would sit between the "
-                        "activation's QuantizeLinear/DequantizeLinear pair and the layer: give --activations float "
-                        "(weights only), or use gptq")
     if method in rounding.NEEDS_DATA and not calibrate:
         raise UserError(f"--rounding {method} weighs each weight's error by its layer's inputs: give sample inputs "
                         f"with --calibrate DATA.npz (and --activations float to keep the activations float)")

@@ -52,6 +52,8 @@ class Layer:
     transpose_input: bool = False  # Gemm transA
     sums: np.ndarray | None = field(default=None, repr=False)  # [G, K, K] float64
     magnitudes: np.ndarray | None = field(default=None, repr=False)  # [G, K]: sum of |x| (AWQ's statistic)
+    lows: np.ndarray | None = field(default=None, repr=False)  # [G, K]: min and max of x (AWQ, activations quantized)
+    highs: np.ndarray | None = field(default=None, repr=False)
     rows: int = 0
 
     limit: int = MAX_ROWS  # feature vectors per sample
@@ -156,6 +158,9 @@ class Layer:
             ones = np.ones((f.shape[0], 1, f.shape[1]), np.float32)
             m = np.matmul(ones, np.abs(f))[:, 0, :].astype(np.float64)  # Σ|x| per feature, through BLAS
             self.magnitudes = m if self.magnitudes is None else self.magnitudes + m
+            low, high = f.min(axis=1).astype(np.float64), f.max(axis=1).astype(np.float64)
+            self.lows = low if self.lows is None else np.minimum(self.lows, low)
+            self.highs = high if self.highs is None else np.maximum(self.highs, high)
         self.rows += f.shape[1]
 
 
@@ -318,6 +323,7 @@ class Collector:
                     leader.magnitudes = np.repeat(leader.magnitudes, leader.directions, axis=0)
             for layer in group[1:]:
                 layer.sums, layer.magnitudes, layer.rows = leader.sums, leader.magnitudes, leader.rows
+                layer.lows, layer.highs = leader.lows, leader.highs
 
 
 def _recurrent_layer(node, weight: str, shape) -> Layer | str:

@@ -426,7 +426,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         static_plan = static_quantization.plan(model, static, samples, float_weights)
         static_plan.folding = folding
         if settings.rounding != "rtn":
-            weight_plan = weight_rounding.Rounding(model, choices, settings)
+            levels = (1 << static.qtype.bits) - 1 if static.qtype.is_integer else 0
+            weight_plan = weight_rounding.Rounding(model, choices, settings, levels)
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             also = weight_plan.also(samples.samples) if weight_plan is not None else None
             ran = static_quantization.calibrate(static_plan, model.model, static, advance, also,
@@ -453,7 +454,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 chosen = [c for c in choices if c.quantized]
         static_plan.float_model = import_onnx().ModelProto()
         static_plan.float_model.CopyFrom(model.model)
-    outcomes = {}
+    outcomes, scaling = {}, None
     if settings.rounding != "rtn":
         rounding_data = samples
         if rounding_data is None and settings.weight_data:
@@ -461,6 +462,21 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if weight_plan is None:
             weight_plan = weight_rounding.Rounding(model, choices, settings)
         outcomes = weight_plan.run(model, rounding_data)
+        scaling = _channel_scales(source, model, choices, outcomes, settings, feeds, rounding_data, output.parent)
+        if scaling is not None:
+            choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
+            chosen = [c for c in choices if c.quantized]
+            if static_plan is not None:  # the tensors now divided by the scales are calibrated again
+                for name in scaling["tensors"]:
+                    static.cache.pop(name, None)
+                folding = static_plan.folding
+                static_plan = static_quantization.plan(model, static, samples, float_weights)
+                static_plan.folding = folding
+                with report.progress(samples.samples, "calibrating the inputs divided by their channel scales",
+                                     unit="samples") as advance:
+                    static_quantization.calibrate(static_plan, model.model, static, advance, folder=model.data_folder)
+                static_plan.float_model = import_onnx().ModelProto()
+                static_plan.float_model.CopyFrom(model.model)
 
     # Weights only, with samples: the float model the biases are corrected against (`bias_correction`).
     weights_reference = None
@@ -522,6 +538,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                             "gather_block_quantized": gathers, "dequantized_per_run": per_run}
         if conversion is not None:
             summary["model"]["conversion"] = conversion
+        if scaling is not None:
+            summary["model"]["channel_scales"] = {k: v for k, v in scaling.items() if k != "tensors"}
         if weights_corrected is not None:
             summary["bias_correction"] = weights_corrected
         if static_plan is not None:
@@ -639,6 +657,23 @@ def _fold(source: Path, model, feeds, onnxruntime: bool, folder: Path) -> dict:
                                       f"folding {len(folded)} batch norms into their convolutions",
                                       "the model with its batch norms folded into its convolutions"))
     return result
+
+
+def _channel_scales(source: Path, model, choices, outcomes: dict, settings: Settings, feeds, data,
+                    folder: Path) -> dict | None:
+    """AWQ's channel scales into the float model (`weight_rounding.write_channel_scales`), checked as `_fold`
+    checks its rewrite (on ``feeds``, or the first of the rounding's samples ``data``); None without them."""
+    import onnx
+
+    original = onnx.ModelProto()
+    original.CopyFrom(model.model)
+    scaling = weight_rounding.write_channel_scales(model, choices, outcomes, settings)
+    if scaling is not None:
+        feeds = feeds if feeds is not None else static_quantization.first_sample(data)
+        scaling.update(_still_computes(source, original, model, feeds, folder,
+                                       f"dividing {len(scaling['folded']) + len(scaling['divided'])} layers' inputs "
+                                       f"by their channel scales", "the model with its channel scales"))
+    return scaling
 
 
 def _pad_depthwise(source: Path, model, feeds, plan_, folder: Path) -> dict:
@@ -936,10 +971,6 @@ def _rounded_constant(model, writer, choice: Choice, qtype, settings: Settings, 
         sink(rounded.codes)
         row = _written(writer, choice, qtype, settings, finish(), rounded.scale, rounded.zero_point, outcome.stats,
                        weight_scales)
-    if rounded.channel_scales is not None:  # AWQ: the layer's input divided by the scales the weight was multiplied by
-        layer = outcome.layer
-        scales = np.asarray(rounded.channel_scales, np.float32)
-        writer.divide_input(layer.node, scales.reshape(layer.divisor_shape(scales.size)))
     return row | {"rounding": settings.rounding, "output_sqnr_db": outcome.output_db}
 
 

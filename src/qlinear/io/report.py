@@ -253,6 +253,12 @@ def show(report: dict, as_json: bool = False, file=None) -> None:
         conversion = model.get("conversion")
         if conversion:
             console.print(f"opset conversion: {conversion['note']}")
+        scales = model.get("channel_scales")
+        if scales:
+            console.print(f"awq: {len(scales['folded'])} layers' inputs divided by their channel scales in the layer "
+                          f"before them, {len(scales['divided'])} by a Div node"
+                          + (f" (the float model moved by {scales['max_difference']:.3g})"
+                             if "max_difference" in scales else ""))
         if report.get("activations"):
             _show_activations(console, report["activations"])
         if report.get("bias_correction") is not None:  # weights only, with samples

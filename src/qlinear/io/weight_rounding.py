@@ -75,8 +75,11 @@ class Rounding:
     """The weights of one quantization and their layers: made before the activations are calibrated (whose
     run can carry the Hessians: `also`), then `run`."""
 
-    def __init__(self, model, choices: list[Choice], settings: Settings):
+    def __init__(self, model, choices: list[Choice], settings: Settings, activation_levels: int = 0):
+        """``activation_levels``: the steps of the activations' integer type when they are quantized too (0:
+        float), which AWQ's search counts (`rounding.awq.QuantizedInput`)."""
         self.settings = settings
+        self.activation_levels = activation_levels
         self.chosen = [c for c in choices if c.quantized]
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
@@ -130,11 +133,69 @@ class Rounding:
                     if choice.found.name in names:
                         self.outcomes[choice.found.name] = _round_one(model, choice, self.settings,
                                                                       self.layers[choice.found.name], advance,
-                                                                      self.factors)
+                                                                      self.factors, self.activation_levels)
             for layer in group:  # this group's Hessians are done with
-                layer.sums = layer.magnitudes = None
+                layer.sums = layer.magnitudes = layer.lows = layer.highs = None
             self.factors.clear()
         return self.outcomes
+
+
+def write_channel_scales(model, choices: list[Choice], outcomes: dict[str, Outcome], settings: Settings) -> dict | None:
+    """AWQ: each scaled layer's channel scales written into the float model before anything is written
+    (`OnnxModel.divide_inputs`). The layer's float weight becomes ``W diag(s)``, what its codes round, and its
+    input is divided by ``s``: folded into the node that writes it where that node's weight is float, rounded
+    to nearest when written, or rounded in groups that each lie in one of its output channels with plain float
+    scales (its codes then stay and those channels' scales are divided: the same rounding of a weight whose
+    rows were divided first); a Div node reads the input otherwise. Returns what it did for the report (the
+    tensors whose values changed under "tensors"), or None without AWQ's scales."""
+    scaled = [(name, outcome) for name, outcome in outcomes.items()
+              if outcome.rounded is not None and outcome.rounded.channel_scales is not None]
+    if not scaled:
+        return None
+    by_name = {choice.found.name: choice for choice in choices}
+
+    def foldable(writer) -> bool:
+        outcome, choice = outcomes.get(writer.weight), by_name.get(writer.weight)
+        if outcome is None or outcome.rounded is None or choice is None:
+            return True
+        gran = choice.granularity
+        in_rows = (gran.kind == "axis" and gran.axis == writer.axis) or (gran.kind == "block" and gran.axis != writer.axis)
+        return in_rows and settings.mx is None
+
+    layers = []
+    for name, outcome in scaled:
+        layer, scales = outcome.layer, np.asarray(outcome.rounded.channel_scales, np.float32)
+        channels = rounding.input_channels(layer.op, tuple(by_name[name].found.shape), layer.group)
+        layers.append((layer.node, name, scales.astype(np.float64)[channels], scales, layer.divisor_shape(scales.size)))
+    done = model.divide_inputs(layers, foldable)
+    folded, divided, tensors = [], [], []
+    for (node, _, _, scales, _), result in zip(layers, done):
+        if isinstance(result, str):
+            divided.append(node)
+            tensors.append(result)
+            continue
+        folded.append({"layer": node, "into": result.node.name or result.node.output[0]})
+        tensors += result.tensors
+        outcome = outcomes.get(result.weight)
+        if outcome is not None and outcome.rounded is not None:
+            outcome.rounded = _rows_divided(outcome.rounded, result.axis, scales, by_name[result.weight].granularity)
+    return {"folded": folded, "divided": divided, "tensors": tensors}
+
+
+def _rows_divided(rounded: rounding.Rounded, axis: int, scales: np.ndarray, gran) -> rounding.Rounded:
+    """``rounded`` with its output channels (``axis``) divided by ``scales``: the same codes, their groups' scales
+    divided (each group lies in one channel: `write_channel_scales`)."""
+    from dataclasses import replace
+
+    divisor = np.asarray(scales, np.float64)
+    full = [1] * rounded.values.ndim
+    full[axis] = divisor.size
+    stored = np.asarray(rounded.scale)
+    if gran.kind == "axis":
+        new_scale = stored.astype(np.float64) / divisor
+    else:
+        new_scale = stored.astype(np.float64) / divisor.reshape(full)
+    return replace(rounded, scale=new_scale.astype(stored.dtype), values=rounded.values / divisor.reshape(full))
 
 
 HESSIAN_BUDGET = 256 << 20  # bytes of Hessians held at once (float64 K x K per group of a layer)
@@ -160,7 +221,8 @@ def _budgeted(layers: list) -> list[list]:
     return groups
 
 
-def _round_one(model, choice: Choice, settings: Settings, layer, advance, factors: dict | None = None) -> Outcome:
+def _round_one(model, choice: Choice, settings: Settings, layer, advance, factors: dict | None = None,
+               activation_levels: int = 0) -> Outcome:
     found = choice.found
     x = np.asarray(model.array(found))
     codec = codec_for(choice, settings)
@@ -171,8 +233,10 @@ def _round_one(model, choice: Choice, settings: Settings, layer, advance, factor
         else:
             if layer.rows == 0:
                 return Outcome(None, "rounded to nearest: the calibration samples never reached its layer")
+            ranges = (layer.lows, layer.highs) if layer.lows is not None else None
             result = rounding.round_weight(x, choice.granularity, codec, method, layer.op, layer.group, layer.sums,
-                                           layer.magnitudes, layer.rows, factors=factors)
+                                           layer.magnitudes, layer.rows, factors=factors, ranges=ranges,
+                                           activation_levels=activation_levels)
     except ValueError as error:
         raise UserError(f"--rounding {method}: {found.name!r}: {error}") from None
     applied = result.values if result.channel_scales is None else _unscaled(result, layer, x)

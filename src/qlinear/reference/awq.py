@@ -13,9 +13,12 @@ from itertools import pairwise
 import numpy as np
 
 
-def search_scale(w, x, channels, quantize, n_grid: int = 20):
+def search_scale(w, x, channels, quantize, n_grid: int = 20, levels: int = 0):
     """(losses, best scales): for ratio = 0, 1/n_grid, ...: scales = mean|x|^ratio per input channel,
-    clamped to 1e-4 and divided by sqrt(max · min), as float32; loss = Σ (x Wᵀ − x (Q(W s) / s)ᵀ)²."""
+    clamped to 1e-4 and divided by sqrt(max · min), as float32; loss = Σ (x Wᵀ − x (Q(W s) / s)ᵀ)².
+    ``levels`` > 0 (qlinear's extension for quantized activations): the input x / s is rounded on one grid
+    of that many steps from min(0, min x/s) to max(0, max x/s), and each loss adds that rounding's expected
+    error, N · Σ Q(W s)² · step² / 12 over the N inputs."""
     channels = np.asarray(channels)
     x_max = np.array([np.abs(x[:, channels == c]).mean() for c in range(int(channels.max()) + 1)])
     org_out = x @ w.T
@@ -29,6 +32,10 @@ def search_scale(w, x, channels, quantize, n_grid: int = 20):
         q = quantize(w * s) / s
         out = x @ q.T
         loss = float(np.sum((org_out - out) ** 2))
+        if levels:
+            divided = x / s
+            step = (max(0.0, divided.max()) - min(0.0, divided.min())) / levels
+            loss += len(x) * float(np.sum(quantize(w * s) ** 2)) * step ** 2 / 12
         losses.append(loss)
         if loss < best:
             best, best_scales = loss, scales

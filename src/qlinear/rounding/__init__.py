@@ -43,11 +43,14 @@ class Rounded:
 
 def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: str, op: str | None = None,
                  group: int = 1, hessian: np.ndarray | None = None, magnitudes: np.ndarray | None = None,
-                 rows: int = 0, progress=None, factors: dict | None = None) -> Rounded:
+                 rows: int = 0, progress=None, factors: dict | None = None, ranges=None,
+                 activation_levels: int = 0) -> Rounded:
     """Round ``tensor`` with ``method`` onto ``codec``'s grid at granularity ``gran``. The data-driven methods
     need the layer: ``op`` and ``group`` as `Layout.of` takes them, the ``hessian`` [G, K, K] of its input
     features over ``rows`` feature vectors and (AWQ) their summed ``magnitudes`` [G, K]. ``factors``: GPTQ's
-    Hessian factors kept for the next weight of the same Hessian (`gptq.gptq`)."""
+    Hessian factors kept for the next weight of the same Hessian (`gptq.gptq`). ``ranges``: (lows, highs)
+    [G, K] of the input features and ``activation_levels`` > 0: AWQ counts the rounding of the input onto a
+    grid of that many steps (`awq.QuantizedInput`)."""
     if method not in METHODS:
         raise ValueError(f"round_weight: method must be one of {', '.join(METHODS)}, got {method!r}")
     x = np.asarray(tensor)
@@ -93,8 +96,13 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
         def make_params() -> Parameters:
             made.append(Parameters(groups, codec))
             return made[-1]
+        quantized_input = None
+        if ranges is not None and activation_levels > 0:
+            from .awq import QuantizedInput
+
+            quantized_input = QuantizedInput.of(*ranges, channels, activation_levels)
         codes, _, channel_scales = awq(matrices, hessian, magnitudes, channels, groups, codec, make_params, rows,
-                                            progress=progress)
+                                       progress=progress, quantized_input=quantized_input)
         params = made[-1]  # the grid of the returned codes: the last one awq made
     scale, zero = params.stored(gran)
     # What the written DequantizeLinear computes, whatever arithmetic chose the codes.

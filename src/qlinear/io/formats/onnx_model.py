@@ -151,6 +151,32 @@ class OnnxModel:
             self.refresh()
         return padded
 
+    def divide_inputs(self, layers, foldable) -> list:
+        """AWQ's channel scales (`onnx_channel_scales`): for each (node name, weight name, multipliers of the
+        weight's shape, scales, divisor shape) in ``layers``, the weight is multiplied by the multipliers (its
+        columns by their channels' scales) and the node's input is divided by the scales: folded into the node that writes it where ``foldable(writer)``
+        agrees, else by a Div node. Returns, per layer, the `onnx_channel_scales.Writer` folded into or the
+        divided tensor's name."""
+        from . import onnx_channel_scales
+
+        read, write = self._constant_editor(self.stored_value)
+        graph = self.model.graph
+        taken = _all_names(self.model)
+        done = []
+        for node_name, weight, multipliers, scales, divisor_shape in layers:
+            node = next(n for n in graph.node if n.name == node_name)
+            value = read(weight)  # as earlier folds left it
+            write(weight, (value * multipliers).astype(value.dtype))
+            writer = onnx_channel_scales.writer_of(graph, node, read)
+            if writer is not None and foldable(writer):
+                onnx_channel_scales.fold(writer, scales, read, write)
+                done.append(writer)
+            else:
+                done.append(onnx_channel_scales.divide(graph, node, np.reshape(scales, divisor_shape),
+                                                       lambda name: _unique(name, taken)))
+        self.refresh()
+        return done
+
     def _constant_editor(self, values):
         """``read(name)``, ``write(name, array)`` over the main graph's constants: ``values`` reads them, a
         written value replaces the stored tensor (a new name becomes an initializer) and is what ``read`` gives
@@ -439,23 +465,6 @@ class QdqWriter:
         self._put(constant, new, nodes)
         self.dequantize_nodes += len(nodes)
         return sum(_stored_bytes(t) for t in new)
-
-    def divide_input(self, node_name: str, divisor: np.ndarray) -> None:
-        """AWQ: the first input of main-graph node ``node_name`` divided by ``divisor`` (float32, broadcast per
-        input channel) by a Div node just before it, so that the node computes with the scaled weight what it
-        computed with the original."""
-        from onnx import helper
-
-        graph = self.model.model.graph
-        position, node = next((i, n) for i, n in enumerate(graph.node) if n.name == node_name)
-        d_name = _unique(f"{node_name}_input_scale", self.taken)
-        y_name = _unique(f"{node.input[0]}_scaled", self.taken)
-        divisor = np.ascontiguousarray(divisor, np.float32)
-        graph.initializer.append(helper.make_tensor(d_name, dtypes.BY_DTYPE[divisor.dtype].tensorproto,
-                                                    list(divisor.shape), divisor.tobytes(), raw=True))
-        graph.node.insert(position, helper.make_node("Div", [node.input[0], d_name], [y_name],
-                                                     name=_unique(f"{node_name}_input_Div", self.taken)))
-        node.input[0] = y_name
 
     def _put(self, constant, new: list, nodes: list) -> None:
         """Replace ``constant`` where it is stored by the tensors ``new`` (initializers, or Constant nodes at
