@@ -142,6 +142,31 @@ def test_gptq_with_quantized_activations(net, tmp_path, capsys):
     assert np.isfinite(_run(out, x)).all()
 
 
+@pytest.mark.parametrize("granularity,folds", [(["--granularity", "axis", "--axis", "0"], True),
+                                               (["--granularity", "tensor"], False)])
+def test_awq_folds_into_a_rounded_writer_only_where_its_groups_lie_in_its_output_channels(net, tmp_path, capsys,
+                                                                                       monkeypatch, granularity, folds):
+    """conv1's weight is rounded too: per output channel its codes stay and its channels' scales are divided by
+    conv2's channel scales, and the model computes what the same codes with a Div before conv2 compute; per
+    tensor one scale cannot be divided per channel, so conv2's input gets a Div."""
+    from qlinear.io.formats import onnx_channel_scales
+
+    model, data, x = net
+    args = ["--dtype", "int4", *granularity, "--rounding", "awq", "--calibrate", data, "--activations", "float",
+            "--no-bias-correction"]
+    code, report, err = _quantize(capsys, model, "-o", tmp_path / "awq.onnx", *args)
+    assert code == 0, err
+    scales = report["model"]["channel_scales"]
+    assert scales["folded"] == ([{"layer": "conv2", "into": "conv1"}] if folds else [])
+    assert sorted(scales["divided"]) == (["conv1", "fc"] if folds else ["conv1", "conv2", "fc"])
+    monkeypatch.setattr(onnx_channel_scales, "writer_of", lambda *args: None)  # every division a Div
+    code, divided, err = _quantize(capsys, model, "-o", tmp_path / "divided.onnx", *args)
+    assert code == 0, err
+    assert sorted(divided["model"]["channel_scales"]["divided"]) == ["conv1", "conv2", "fc"]
+    got, expected = _run(tmp_path / "awq.onnx", x), _run(tmp_path / "divided.onnx", x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
 def test_awq_with_quantized_activations_keeps_each_layer_next_to_its_input_pair(net, tmp_path, capsys):
     """The division by AWQ's channel scales goes before the activation's QuantizeLinear (folded into conv1, or a
     Div), whose parameters are calibrated on the divided tensor: every Conv and MatMul still reads a
