@@ -466,17 +466,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if scaling is not None:
             choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
             chosen = [c for c in choices if c.quantized]
-            if static_plan is not None:  # the tensors now divided by the scales are calibrated again
-                for name in scaling["tensors"]:
-                    static.cache.pop(name, None)
-                folding = static_plan.folding
-                static_plan = static_quantization.plan(model, static, samples, float_weights)
-                static_plan.folding = folding
-                with report.progress(samples.samples, "calibrating the inputs divided by their channel scales",
-                                     unit="samples") as advance:
-                    static_quantization.calibrate(static_plan, model.model, static, advance, folder=model.data_folder)
-                static_plan.float_model = import_onnx().ModelProto()
-                static_plan.float_model.CopyFrom(model.model)
+            if static_plan is not None:
+                static_plan = _recalibrated(model, static, static_plan, samples, float_weights, scaling["tensors"])
 
     # Weights only, with samples: the float model the biases are corrected against (`bias_correction`).
     weights_reference = None
@@ -674,6 +665,21 @@ def _channel_scales(source: Path, model, choices, outcomes: dict, settings: Sett
                                        f"dividing {len(scaling['folded']) + len(scaling['divided'])} layers' inputs "
                                        f"by their channel scales", "the model with its channel scales"))
     return scaling
+
+
+def _recalibrated(model, static, plan_, samples, float_weights, changed: list[str]):
+    """The static plan again after AWQ's channel scales went into the float model: the ``changed`` tensors (now
+    divided by the scales) and the Div nodes' outputs calibrated anew, every other activation from the cache."""
+    for name in changed:
+        static.cache.pop(name, None)
+    replanned = static_quantization.plan(model, static, samples, float_weights)
+    replanned.folding = plan_.folding
+    with report.progress(samples.samples, "calibrating the inputs divided by their channel scales",
+                         unit="samples") as advance:
+        static_quantization.calibrate(replanned, model.model, static, advance, folder=model.data_folder)
+    replanned.float_model = import_onnx().ModelProto()
+    replanned.float_model.CopyFrom(model.model)
+    return replanned
 
 
 def _pad_depthwise(source: Path, model, feeds, plan_, folder: Path) -> dict:
