@@ -240,23 +240,69 @@ def test_mxfp4_with_gptq_takes_the_even_scale_rule_unless_one_is_given(net, tmp_
     assert "MX scale rule: even" in capsys.readouterr().out
 
 
-def test_a_weight_inside_a_subgraph_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
-    rng = np.random.default_rng(3)
-    w = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w")
-    branch = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"])], "then", [],
-                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)], [w])
+def _if_model(path, w, named=True):
+    """y = If(c, then: MatMul(x, w) named "mm", else: Identity(x))."""
+    branch = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+                               [numpy_helper.from_array(w, "w")])
     other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
-    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)]
+    nodes = [helper.make_node("If", ["c"], ["y"], name="choose" if named else "", then_branch=branch,
+                              else_branch=other)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
                                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    model = tmp_path / "if.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _plain_model(path, w):
+    """The If model's then branch as the whole model (c read by nothing)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("conditions,note", [(None, ""), ([False] * 6, "never take"), ([True, False] * 3, "agree")])
+def test_a_weight_in_the_if_branch_the_samples_take_is_rounded_as_in_a_model_without_the_if(tmp_path, capsys,
+                                                                                              conditions, note):
+    """The samples' If branch is inlined to collect its layers' inputs: its weight gets the codes gptq gives the
+    same layer in a model without the If (the oracle); a branch the samples never take, or an If they disagree
+    on, is rounded to nearest and the row says why."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    x = (rng.standard_normal((6, 2, 16)) @ rng.standard_normal((16, 16))).astype(np.float32)
+    data = tmp_path / "d.npz"
+    np.savez(data, x=x, c=np.array(conditions if conditions is not None else [True] * 6, bool))
+    outputs = {}
+    for name, make in (("if", _if_model), ("plain", _plain_model)):
+        make(tmp_path / f"{name}.onnx", w)
+        code, report, err = _quantize(capsys, tmp_path / f"{name}.onnx", "--dtype", "int4", "-o",
+                                      tmp_path / f"{name}.q.onnx", "--calibrate", data, "--activations", "float",
+                                      "--rounding", "gptq", "--min-elements", "1")
+        assert code == 0, err
+        row = next(r for r in report["tensors"] if r["name"] == "w")
+        if name == "if":
+            assert row["rounding"] == ("gptq" if not note else "rtn"), row
+            assert note in row.get("note", "")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(str(tmp_path / f"{name}.q.onnx"), options, providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"x": x[0], "c": np.array(True)})[0]
+    if not note:
+        np.testing.assert_array_equal(outputs["if"], outputs["plain"])
+
+
+def test_a_weight_inside_an_unnamed_if_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    _if_model(tmp_path / "if.onnx", rng.standard_normal((16, 4)).astype(np.float32), named=False)
     data = tmp_path / "d.npz"
     np.savez(data, x=rng.standard_normal((4, 2, 16)).astype(np.float32), c=np.ones((4,), bool))
-    code, report, err = _quantize(capsys, model, "--dtype", "int4", "-o", tmp_path / "o.onnx", "--calibrate", data,
-                                  "--activations", "float", "--rounding", "gptq", "--min-elements", "1")
+    code, report, err = _quantize(capsys, tmp_path / "if.onnx", "--dtype", "int4", "-o", tmp_path / "o.onnx",
+                                  "--calibrate", data, "--activations", "float", "--rounding", "gptq",
+                                  "--min-elements", "1")
     assert code == 0, err
     row = next(r for r in report["tensors"] if r["name"] == "w")
     assert row["rounding"] == "rtn" and "subgraph" in row["note"]

@@ -28,11 +28,14 @@ _FLOAT = 1  # TensorProto.FLOAT
 
 @dataclass
 class CalibrationData:
-    """Sample inputs from .npz files (a folder: its .npz files in name order)."""
+    """Sample inputs from .npz files (a folder: its .npz files in name order): each file holds its samples along
+    the first axis of every input, each fed as a batch of one; a file whose inputs share no first axis (a
+    recurrent state beside a frame, a scalar) holds one sample, fed as it is."""
 
     files: list[Path]
     inputs: list[str]
     samples: int
+    whole: frozenset = frozenset()  # files that hold one sample as it is fed (their inputs share no first axis)
 
     @classmethod
     def open(cls, paths: list[Path], inputs: list[str], what: str = "--calibrate") -> "CalibrationData":
@@ -47,7 +50,7 @@ class CalibrationData:
                 files.append(path)
             else:
                 raise UserError(f"{what} {path}: no such file")
-        samples = 0
+        samples, whole = 0, set()
         for file in files:
             reader = NpzReader(file)
             entries = {e.name: e for e in reader.entries}
@@ -57,13 +60,16 @@ class CalibrationData:
                                 f"{', '.join(repr(m) for m in missing)} (it holds {', '.join(entries) or 'nothing'})")
             counts = {name: entries[name].shape[0] if entries[name].shape else None for name in inputs}
             if None in counts.values() or len(set(counts.values())) != 1:
-                raise UserError(f"{what} {file}: every input needs the same number of samples along its first axis "
-                                f"(got {counts})")
-            samples += next(iter(counts.values()))
+                # The inputs do not share a first axis (a recurrent state [2, 1, 128] beside a frame [1, 576], a
+                # scalar sample rate): the file is one sample, fed as it is.
+                whole.add(file)
+                samples += 1
+            else:
+                samples += next(iter(counts.values()))
             reader.close()
         if samples == 0:
             raise UserError(f"{what}: no samples")
-        return cls(files, inputs, samples)
+        return cls(files, inputs, samples, frozenset(whole))
 
     def __iter__(self):
         """The feeds of each sample (a batch of one)."""
@@ -71,6 +77,10 @@ class CalibrationData:
             reader = NpzReader(file)
             entries = {e.name: e for e in reader.entries}
             arrays = {name: reader.array(entries[name]) for name in self.inputs}
+            if file in self.whole:
+                yield {name: np.array(array) for name, array in arrays.items()}
+                reader.close()
+                continue
             count = len(next(iter(arrays.values())))
             for index in range(count):
                 yield {name: np.ascontiguousarray(array[index:index + 1]) for name, array in arrays.items()}

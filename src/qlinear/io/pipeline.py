@@ -427,7 +427,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         static_plan.folding = folding
         if settings.rounding != "rtn":
             levels = (1 << static.qtype.bits) - 1 if static.qtype.is_integer else 0
-            weight_plan = weight_rounding.Rounding(model, choices, settings, levels)
+            weight_plan = weight_rounding.Rounding(model, choices, settings, levels, samples)
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             also = weight_plan.also(samples.samples) if weight_plan is not None else None
             ran = static_quantization.calibrate(static_plan, model.model, static, advance, also,
@@ -460,7 +460,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         if rounding_data is None and settings.weight_data:
             rounding_data = static_quantization.CalibrationData.open(list(settings.weight_data), input_names)
         if weight_plan is None:
-            weight_plan = weight_rounding.Rounding(model, choices, settings)
+            weight_plan = weight_rounding.Rounding(model, choices, settings, data=rounding_data)
         outcomes = weight_plan.run(model, rounding_data)
         scaling = _channel_scales(source, model, choices, outcomes, settings, feeds, rounding_data, output.parent)
         if scaling is not None:

@@ -4,8 +4,10 @@ once over the calibration samples to sum the layers' input Hessians (`hessians.c
 rounded against its Hessian; the report gets, per weight, the layer's output SQNR on the calibration data
 with round-to-nearest and with the method, side by side.
 
-A weight whose layer this cannot see (inside an If branch, read through a Reshape, read by several nodes, an
-operator without a Hessian here) is rounded to nearest, and its row says why.
+A weight directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, when
+every sample takes that branch (`onnx_branches`). A weight whose layer this cannot see (in a branch the samples
+never take or disagree on, in a nested If, read through a Reshape, read by several nodes, an operator without a
+Hessian here) is rounded to nearest, and its row says why.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .. import rounding
 from ..rounding.codec import Codec, output_error
 from . import hessians, report
 from .errors import UserError
+from .formats import onnx_branches
 from .formats.onnx_constants import stored_constants
 from .plan import Choice, Settings, Stats
 from .quantization import _add_error
@@ -45,12 +48,40 @@ def _node_by_name(model, name: str):
     return None
 
 
-def _layer(model, choice: Choice):
-    """The weight's `hessians.Layer`, or why there is none (a string)."""
+def taken_branches(model, data) -> dict[str, str]:
+    """Main-graph If name -> the branch ("then_branch" or "else_branch") every calibration sample takes (one run of
+    the float model over the samples, exposing the conditions); Ifs the samples disagree on are left out."""
+    from .activation_calibration import Segments, first
+
+    conditions = onnx_branches.conditions(model.model)
+    if not conditions:
+        return {}
+    seen: dict[str, set] = {}
+    run = Segments(model.model, sorted(set(conditions.values())), first(data), folder=model.data_folder)
+    for feeds in data:
+        for values in run(feeds):
+            for name, value in values.items():
+                seen.setdefault(name, set()).update(bool(v) for v in np.asarray(value).reshape(-1))
+    return {node: onnx_branches.BRANCHES[0] if seen[cond] == {True} else onnx_branches.BRANCHES[1]
+            for node, cond in conditions.items() if len(seen.get(cond, ())) == 1}
+
+
+def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
+    """The weight's `hessians.Layer`, or why there is none (a string). ``taken``: the If branches the samples
+    take (`taken_branches`), whose layers are collected on the model with them inlined."""
     found = choice.found
-    if ": " in found.location:
-        return "inside a subgraph (the layers of If/Loop branches are not collected)"
     uses = [use for use in (found.uses or ()) if use.weight]
+    if ": " in found.location:
+        use = uses[0] if len(uses) == 1 and len(found.uses or ()) == 1 and not uses[0].through else None
+        inside = onnx_branches.node_in_branch(model, found.location, use.node) if use is not None else None
+        if inside is None:
+            return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
+        name, branch, node = inside
+        if taken is None or name not in taken:
+            return f"inside If {name!r}, whose branch the calibration samples do not all agree on"
+        if taken[name] != branch:
+            return f"in If {name!r}'s {branch}, which the calibration samples never take"
+        return hessians.layer_of(node, found.name, found.shape)
     if len(uses) != 1 or len(found.uses or ()) != 1:
         return f"read by {len(found.uses or ())} nodes (one layer's Hessian cannot weigh its error)"
     use = uses[0]
@@ -75,16 +106,30 @@ class Rounding:
     """The weights of one quantization and their layers: made before the activations are calibrated (whose
     run can carry the Hessians: `also`), then `run`."""
 
-    def __init__(self, model, choices: list[Choice], settings: Settings, activation_levels: int = 0):
+    def __init__(self, model, choices: list[Choice], settings: Settings, activation_levels: int = 0, data=None):
         """``activation_levels``: the steps of the activations' integer type when they are quantized too (0:
-        float), which AWQ's search counts (`rounding.awq.QuantizedInput`)."""
+        float), which AWQ's search counts (`rounding.awq.QuantizedInput`). ``data``: the samples, to find the If
+        branches they take when a weight lies in one."""
         self.settings = settings
         self.activation_levels = activation_levels
         self.chosen = [c for c in choices if c.quantized]
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
+        taken = None
+        if method in rounding.NEEDS_DATA and data is not None and any(": " in c.found.location for c in self.chosen):
+            taken = taken_branches(model, data)
+        self.inlined = None  # the model with the taken branches inlined, where a branch layer is collected
         for choice in self.chosen:
-            layer = _layer(model.model, choice) if method in rounding.NEEDS_DATA else None
+            layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
+            in_branch = ": " in choice.found.location
+            if not isinstance(layer, str) and layer is not None and in_branch and method == "awq":
+                layer = "awq divides a layer's input by its channel scales, not written inside If branches yet"
+            elif not isinstance(layer, str) and layer is not None and in_branch and self.inlined is None:
+                self.inlined = onnx_branches.inline(model.model, taken)
+                if self.inlined is None:
+                    self.inlined = False
+            if not isinstance(layer, str) and layer is not None and in_branch and self.inlined is False:
+                layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
             if not isinstance(layer, str) and layer is not None and layer.recurrent and method == "awq":
                 layer = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
             if isinstance(layer, str):
@@ -101,8 +146,8 @@ class Rounding:
         """(names, consume, bytes held) for `activation_calibration.collect`: the Hessians from the same run,
         where they fit in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each);
         None if not."""
-        if not self.collected or len(_budgeted(self.collected)) > 1:
-            return None
+        if not self.collected or len(_budgeted(self.collected)) > 1 or self.inlined:
+            return None  # (branch layers: collected on the inlined model, a pass of their own)
         self.collector = hessians.Collector(self.collected, samples)
         return self.collector.names, self.collector.consume, self.collector.held_bytes()
 
@@ -123,7 +168,7 @@ class Rounding:
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
                 with report.progress(data.samples, f"collecting {len(group)} layer Hessians{what} on "
                                      f"{data.samples} samples", unit="samples") as advance:
-                    hessians.collect(model.model, group, data, advance, folder=model.data_folder)
+                    hessians.collect(self.inlined or model.model, group, data, advance, folder=model.data_folder)
             names = {by_layer[id(layer)] for layer in group}
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}
