@@ -751,18 +751,12 @@ def test_weights_of_one_shape_share_a_plan_but_not_their_zero_points_or_row_term
 
 @pytest.mark.parametrize("other", other_paths(ig.available_paths()))
 def test_other_paths_convolve_like_direct_int64(other, monkeypatch):
-    """AVX2, which the default run otherwise leaves to --full, on the convolution shapes that take different
-    packers (3x3 padded, strided 5x5 phase split, 1x1 in place, depthwise, the stem), against the int64 direct
-    convolution (see suite.other_paths)."""
+    """AVX2, which the default run otherwise leaves to --full, on the direct path's interleaved input (int16
+    pairs on this path), symmetric weights at strides 1 and 2, against the int64 direct convolution (see
+    suite.other_paths). Its packed-panel drivers (37 s of compiling cold, 10 s more for the depthwise kernel)
+    run every case with --full, and on CPUs without VNNI, where AVX2 is the default path; its GEMM microkernels
+    are checked by default in test_integer_gemm's test_other_paths."""
     rng = np.random.default_rng(4)
-    for case in (CASES[0], CASES[13], CASES[12], CASES[4], CASES[7]):
-        xs, ws, group, strides, dil, pb, pe = case
-        x, w = rand(rng, xs, U8), rand(rng, ws, I8)
-        za, zw = rand(rng, (), U8), rand(rng, (ws[0],), I8)
-        bias = rng.integers(-(2**20), 2**20, ws[0]).astype(np.int32)
-        got = im2col.conv(x, za, im2col.prepack_conv(w, zw, group), bias, geo(strides, dil, pb, pe), path=other)
-        np.testing.assert_array_equal(got, direct_conv(x, za, w, zw, bias, group, strides, dil, pb, pe))
-    # symmetric weights at strides 1 and 2: the direct path's interleaved input (int16 pairs on this path)
     monkeypatch.setattr(im2col, "_DIRECT", True)
     for case in (CASES[0], CASES[14], CASES[17], CASES[18], CASES[20]):
         xs, ws, group, strides, dil, pb, pe = case
