@@ -29,6 +29,7 @@ def _int8_products(output: Path) -> dict:
     return latency.optimized_nodes(output)
 
 
+@pytest.mark.full  # about 16 s: the full suite's (CI's 10 minutes); the captcha recogniser stays in the default run
 def test_filetype_dense_keras_model(tmp_path):
     """Magika 0.5.1 (Keras via tf2onnx: four Dense layers as MatMul + Add between LayerNorms and GELUs):
     top-1 on 20 files of each of 26 types within 2 points of float (measured: float 99.36%, int8 99.57%)."""
@@ -78,6 +79,7 @@ def test_captcha_recogniser_pytorch_cnn_lstm(tmp_path):
     assert nodes["float"].get("Conv", 0) + nodes["float"].get("FusedConv", 0) == 1, nodes
 
 
+@pytest.mark.full  # about 14 s: the full suite's (CI's 10 minutes)
 def test_click_detector_pytorch_yolox(tmp_path):
     """ddddocr's click-captcha detector (PyTorch 1.9, opset 11, YOLOX: 80 SiLU as QLinearSigmoid + QLinearMul,
     Concat, SPP MaxPool, Resize): box recall at IoU 0.5 on 50 rendered pages within 2 points of float and the
