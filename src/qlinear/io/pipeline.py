@@ -426,7 +426,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
         static_plan = static_quantization.plan(model, static, samples, float_weights)
         static_plan.folding = folding
         if settings.rounding != "rtn":
-            levels = (1 << static.qtype.bits) - 1 if static.qtype.is_integer else 0
+            levels = static.qtype.qmax - static.qtype.qmin if static.qtype.is_integer else 0
             weight_plan = weight_rounding.Rounding(model, choices, settings, levels, samples)
         with report.progress(samples.samples, f"calibrating on {samples.samples} samples", unit="samples") as advance:
             also = weight_plan.also(samples.samples) if weight_plan is not None else None

@@ -12,6 +12,7 @@ Hessian here) is rounded to nearest, and its row says why.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,19 +119,18 @@ class Rounding:
         taken = None
         if method in rounding.NEEDS_DATA and data is not None and any(": " in c.found.location for c in self.chosen):
             taken = taken_branches(model, data)
-        self.inlined = None  # the model with the taken branches inlined, where a branch layer is collected
+        self.inlined = None  # the model with the taken branches inlined, where the branch layers are collected
+        inlined = functools.cache(lambda: onnx_branches.inline(model.model, taken))  # made once, if a layer needs it
         for choice in self.chosen:
             layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
-            in_branch = ": " in choice.found.location
-            if not isinstance(layer, str) and layer is not None and in_branch and method == "awq":
-                layer = "awq divides a layer's input by its channel scales, not written inside If branches yet"
-            elif not isinstance(layer, str) and layer is not None and in_branch and self.inlined is None:
-                self.inlined = onnx_branches.inline(model.model, taken)
-                if self.inlined is None:
-                    self.inlined = False
-            if not isinstance(layer, str) and layer is not None and in_branch and self.inlined is False:
-                layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
-            if not isinstance(layer, str) and layer is not None and layer.recurrent and method == "awq":
+            if isinstance(layer, hessians.Layer) and ": " in choice.found.location:
+                if method == "awq":
+                    layer = "awq divides a layer's input by its channel scales, not written inside If branches yet"
+                elif inlined() is None:
+                    layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
+                else:
+                    self.inlined = inlined()
+            if isinstance(layer, hessians.Layer) and layer.recurrent and method == "awq":
                 layer = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
             if isinstance(layer, str):
                 self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
@@ -146,7 +146,7 @@ class Rounding:
         """(names, consume, bytes held) for `activation_calibration.collect`: the Hessians from the same run,
         where they fit in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each);
         None if not."""
-        if not self.collected or len(_budgeted(self.collected)) > 1 or self.inlined:
+        if not self.collected or len(_budgeted(self.collected)) > 1 or self.inlined is not None:
             return None  # (branch layers: collected on the inlined model, a pass of their own)
         self.collector = hessians.Collector(self.collected, samples)
         return self.collector.names, self.collector.consume, self.collector.held_bytes()
@@ -168,7 +168,8 @@ class Rounding:
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
                 with report.progress(data.samples, f"collecting {len(group)} layer Hessians{what} on "
                                      f"{data.samples} samples", unit="samples") as advance:
-                    hessians.collect(self.inlined or model.model, group, data, advance, folder=model.data_folder)
+                    collected_on = self.inlined if self.inlined is not None else model.model
+                    hessians.collect(collected_on, group, data, advance, folder=model.data_folder)
             names = {by_layer[id(layer)] for layer in group}
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}

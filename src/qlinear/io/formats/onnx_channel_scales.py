@@ -76,8 +76,8 @@ def writer_of(graph, layer_node, read_tensor) -> Writer | None:
         elif node.op_type in COMMUTING:
             if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
                 return None  # its indices output: not worth the case
-            if node.op_type == "PRelu" and (read_tensor(node.input[1]) is None
-                                            or _per_channel(read_tensor(node.input[1]).shape, spatial) is None):
+            slope = read_tensor(node.input[1]) if node.op_type == "PRelu" else None
+            if node.op_type == "PRelu" and (slope is None or _per_channel(slope.shape, spatial) is None):
                 return None
             tensor = node.input[0]
         else:
@@ -99,9 +99,10 @@ def _per_channel(shape, spatial: int) -> bool | None:
 
 def _constant_operand(node, read_tensor, spatial: int):
     """(the constant, the other operand) of a Mul or Add by a constant that is one value or one per channel."""
+    values = [read_tensor(name) for name in node.input[:2]]
     for index in (0, 1):
-        value = read_tensor(node.input[index])
-        if value is None or read_tensor(node.input[1 - index]) is not None:
+        value = values[index]
+        if value is None or values[1 - index] is not None:
             continue
         return None if _per_channel(value.shape, spatial) is None else (node.input[index], node.input[1 - index])
     return None
@@ -110,11 +111,12 @@ def _constant_operand(node, read_tensor, spatial: int):
 def _weighted(node, conv: bool, spatial: int, read_tensor, alone, added, tensors) -> Writer | None:
     """The `Writer` for a Conv, Gemm or MatMul ``node`` with a constant weight (and bias) only it reads."""
     op, inputs = node.op_type, list(node.input)
-    if len(inputs) < 2 or read_tensor(inputs[1]) is None or not alone(inputs[1]) or read_tensor(inputs[0]) is not None:
+    if len(inputs) < 2 or not alone(inputs[1]) or read_tensor(inputs[0]) is not None:
         return None
     weight = read_tensor(inputs[1])
     bias = inputs[2] if len(inputs) > 2 and inputs[2] else ""
-    if bias and (read_tensor(bias) is None or not alone(bias) or read_tensor(bias).ndim != 1):
+    bias_value = read_tensor(bias) if bias else None
+    if weight is None or (bias and (bias_value is None or not alone(bias) or bias_value.ndim != 1)):
         return None
     if conv and op == "Conv" and weight.ndim == spatial + 2:
         return Writer(node, inputs[1], 0, bias, added, tensors, spatial)
@@ -122,7 +124,7 @@ def _weighted(node, conv: bool, spatial: int, read_tensor, alone, added, tensors
         return Writer(node, inputs[1], 1, "", added, tensors, 0)
     if not conv and op == "Gemm" and weight.ndim == 2 and not attributes(node).get("transA", 0):
         columns = 0 if attributes(node).get("transB", 0) else 1
-        if bias and read_tensor(bias).shape[0] != weight.shape[columns]:
+        if bias and bias_value.shape[0] != weight.shape[columns]:
             return None
         return Writer(node, inputs[1], columns, bias, added, tensors, 0)
     return None
