@@ -1,7 +1,7 @@
 """Under integer weight types of 4 bits or fewer, an image's first layers keep float weights: the convolution
 reading the 3-channel input and the depthwise convolution after it (`placement.graph.image_stem`) stay float
-under int4, uint4 and int2, and are quantized under the 4-bit float formats (MXFP4, NVFP4) and every type of 8
-bits or more. The dense convolution after them is quantized in every case; the
+under int4, uint4 and int2 and under MXFP4 with the OCP floor rule (its default), and are quantized under MXFP4's
+other rules, NVFP4, float4e2m1 and every type of 8 bits or more. The dense convolution after them is quantized in every case; the
 written model runs in onnxruntime, and its kept weights are the float model's, bit for bit."""
 
 from __future__ import annotations
@@ -44,21 +44,24 @@ def source(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("dtype, kept", [
-    ("int4", True), ("uint4", True), ("int2", True), ("mxfp4", False), ("nvfp4", False), ("float4e2m1", False),
-    ("int8", False), ("float8e4m3fn", False),
+@pytest.mark.parametrize("dtype, rule, kept", [
+    ("int4", None, True), ("uint4", None, True), ("int2", None, True), ("mxfp4", None, True),
+    ("mxfp4", "floor", True), ("mxfp4", "even", False), ("mxfp4", "ceil", False), ("nvfp4", None, False),
+    ("float4e2m1", None, False), ("int8", None, False), ("float8e4m3fn", None, False),
 ])
-def test_first_layers_keep_float_weights_where_the_type_rounds_coarsely(source, tmp_path, capsys, dtype, kept):
+def test_first_layers_keep_float_weights_where_the_type_rounds_coarsely(source, tmp_path, capsys, dtype, rule, kept):
     output = tmp_path / f"stem.{dtype}.onnx"
-    assert main(["quantize", str(source), "--dtype", dtype, "-o", str(output), "--no-eval", "--json"]) == 0
+    extra = ["--scale-rule", rule] if rule else []
+    assert main(["quantize", str(source), "--dtype", dtype, "-o", str(output), "--no-eval", "--json", *extra]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = {row["name"]: row for row in report["tensors"]}
     assert rows["dense_w"]["quantized"]
     for name in ("stem_w", "dw_w"):
         assert rows[name]["quantized"] is not kept, (name, rows[name])
         if kept:
-            assert rows[name]["note"] == (f"an image's first layers keep float weights at {dtype}: their rounding "
-                                          f"error is amplified by every layer after it")
+            under = " under the floor rule" if dtype == "mxfp4" else ""
+            assert rows[name]["note"] == (f"an image's first layers keep float weights at {dtype}{under}: their "
+                                          f"rounding error is amplified by every layer after it")
     if kept:  # the kept weights are the float model's own, read by the Convs directly
         model = onnx.load(str(output))
         stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
