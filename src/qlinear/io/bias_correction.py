@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import report
-from .formats.onnx_constants import stored_constants
+from .formats.onnx_constants import producers_of, readers_of, stored_constants
 
 LAYERS = ("Conv", "ConvTranspose", "Gemm")
 DELTA = "__qlinear_bias_delta"
@@ -59,11 +59,7 @@ def layers(quantized, reference) -> list[Layer]:
 
     graph = quantized.graph
     constants = {name: t for name, t in stored_constants(graph).items() if t is not None}
-    producers = {o: node for node in graph.node for o in node.output if o}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    producers, readers = producers_of(graph), readers_of(graph)
     made_by = {o: node.op_type for node in reference.graph.node for o in node.output if o}
     found = []
     for node in graph.node:

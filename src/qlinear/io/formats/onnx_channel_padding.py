@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .onnx_constants import attributes
+from .onnx_constants import attributes, producers_of, readers_of
 
 MULTIPLE = 16  # onnxruntime's channel alignment for its symmetric depthwise kernel on x86 (ARM64 needs 8)
 UNARY = frozenset({"Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Identity"})
@@ -61,12 +61,7 @@ def pad_depthwise(model, read_tensor, write_tensor, names: set[str] | None = Non
     ``read_tensor(name)`` gives a stored constant's values (or None), ``write_tensor(name, array)`` stores new
     values for it."""
     graph = model.graph
-    producers = {out: node for node in graph.node for out in node.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                readers.setdefault(name, []).append(node)
+    producers, readers = producers_of(graph), readers_of(graph)
     outputs = {o.name for o in graph.output}
 
     def only_reader(name: str, node) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onnx_constants import attributes
+from .onnx_constants import attributes, producers_of, readers_of
 
 # Operators f with f(x / s) = f(x) / s for s > 0 per channel, on the channel axis the layer reads.
 COMMUTING = frozenset({"Relu", "LeakyRelu", "PRelu", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
@@ -49,16 +49,11 @@ def writer_of(graph, layer_node, read_tensor) -> Writer | None:
     if layer_weight is None:
         return None
     spatial = layer_weight.ndim - 2 if conv else 0  # a convolution's input: [N, C, spatial...]
-    producers = {out: node for node in graph.node for out in node.output if out}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                readers[name] = readers.get(name, 0) + 1
+    producers, readers = producers_of(graph), readers_of(graph)
     outputs = {o.name for o in graph.output}
 
     def alone(name: str) -> bool:
-        return name not in outputs and readers.get(name, 0) == 1
+        return name not in outputs and len(readers.get(name, ())) == 1
 
     tensor, tensors, added = layer_node.input[0], [], []
     while True:

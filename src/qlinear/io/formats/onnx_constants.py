@@ -16,6 +16,21 @@ def attributes(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+def producers_of(graph) -> dict:
+    """Tensor name -> the node of ``graph`` that writes it."""
+    return {out: node for node in graph.node for out in node.output if out}
+
+
+def readers_of(graph) -> dict[str, list]:
+    """Tensor name -> the nodes of ``graph`` that read it, in graph order."""
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(node)
+    return readers
+
+
 def _float_type(to: int):
     from onnx import helper
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..formats.onnx_constants import attributes, stored_constants
+from ..formats.onnx_constants import attributes, producers_of, readers_of, stored_constants
 
 FLOAT = 1  # TensorProto.FLOAT
 _GRAPH_ATTRIBUTES = (5, 10)  # AttributeProto.GRAPH, GRAPHS
@@ -68,7 +68,7 @@ class GraphView:
         self.constant = constant_names(graph)
         self.outputs = {o.name for o in graph.output}
         self.inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
-        self.producers = {o: node for node in graph.node for o in node.output if o}
+        self.producers = producers_of(graph)
         self.readers = readers_of(graph)
 
     @property
@@ -99,16 +99,6 @@ def kept_reasons(model, keep_float: tuple[str, ...]) -> dict[str, str]:
 
 
 PRODUCTS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
-
-
-def readers_of(graph) -> dict[str, list]:
-    """Tensor name -> the nodes of ``graph`` that read it, in graph order."""
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                readers.setdefault(name, []).append(node)
-    return readers
 
 
 def image_stem(model, few_channels: int) -> list[tuple[object, int, list]]:
