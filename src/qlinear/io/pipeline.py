@@ -760,7 +760,7 @@ def _kept_float(choices: list[Choice], model, static, settings: Settings) -> lis
             for name in node.input:
                 reasons[name] = f"--keep-float {node.name or node.op_type}"
     return [Choice(c.found, None, reasons[c.found.name], c.symmetric)
-            if c.quantized and c.found.name in reasons and ": " not in c.found.location else c for c in choices]
+            if c.quantized and c.found.name in reasons and not c.found.in_subgraph else c for c in choices]
 
 
 def _coarse_first_layers(model, settings: Settings) -> dict[str, str]:
@@ -1013,7 +1013,7 @@ def _written(writer, choice: Choice, qtype, settings: Settings, values, scale, z
     its per-axis or per-tensor scale kept for the int32 biases of static quantization; its report row."""
     found, gran = choice.found, choice.granularity
     after = writer.replace(found, values, scale, zero_point if qtype.is_integer else None, gran, qtype)
-    if weight_scales is not None and gran.kind in ("axis", "tensor") and ": " not in found.location:
+    if weight_scales is not None and gran.kind in ("axis", "tensor") and not found.in_subgraph:
         weight_scales[found.name] = np.asarray(scale, np.float32)
     return report.quantized_row(choice, qtype, after, Quantized(scale, zero_point, stats), settings.plot)
 

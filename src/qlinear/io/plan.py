@@ -130,6 +130,11 @@ class Found:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def in_subgraph(self) -> bool:
+        """Inside an If/Loop/Scan body: its location names the scope first ("If 'x' then_branch: ...")."""
+        return ": " in self.location
+
 
 # ----------------------------------------------------------------------------------------------------
 # Select

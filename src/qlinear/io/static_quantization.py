@@ -161,7 +161,7 @@ def write_biases(model, writer, plan_: Plan, weight_scales: dict[str, np.ndarray
     """int32 biases for the Conv/ConvTranspose/Gemm nodes whose input and weight are both quantized; the
     report rows (quantized, or kept with the reason)."""
     int32 = dtypes.get("int32")
-    main = {f.name: f for f in model.found if ": " not in f.location}
+    main = {f.name: f for f in model.found if not f.in_subgraph}
     plans = onnx_activations.bias_plans(model.model, plan_.parameters, weight_scales, main)
     rows = []
     for entry in plans:

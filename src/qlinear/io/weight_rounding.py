@@ -20,6 +20,7 @@ import numpy as np
 from .. import rounding
 from ..rounding.codec import Codec, output_error
 from . import hessians, report
+from .activation_calibration import Segments, first
 from .errors import UserError
 from .formats import onnx_branches
 from .formats.onnx_constants import stored_constants
@@ -52,8 +53,6 @@ def _node_by_name(model, name: str):
 def taken_branches(model, data) -> dict[str, str]:
     """Main-graph If name -> the branch ("then_branch" or "else_branch") every calibration sample takes (one run of
     the float model over the samples, exposing the conditions); Ifs the samples disagree on are left out."""
-    from .activation_calibration import Segments, first
-
     conditions = onnx_branches.conditions(model.model)
     if not conditions:
         return {}
@@ -72,7 +71,7 @@ def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
     take (`taken_branches`), whose layers are collected on the model with them inlined."""
     found = choice.found
     uses = [use for use in (found.uses or ()) if use.weight]
-    if ": " in found.location:
+    if found.in_subgraph:
         use = uses[0] if len(uses) == 1 and len(found.uses or ()) == 1 and not uses[0].through else None
         inside = onnx_branches.node_in_branch(model, found.location, use.node) if use is not None else None
         if inside is None:
@@ -117,13 +116,13 @@ class Rounding:
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
         taken = None
-        if method in rounding.NEEDS_DATA and data is not None and any(": " in c.found.location for c in self.chosen):
+        if method in rounding.NEEDS_DATA and data is not None and any(c.found.in_subgraph for c in self.chosen):
             taken = taken_branches(model, data)
         self.inlined = None  # the model with the taken branches inlined, where the branch layers are collected
         inlined = functools.cache(lambda: onnx_branches.inline(model.model, taken))  # made once, if a layer needs it
         for choice in self.chosen:
             layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
-            if isinstance(layer, hessians.Layer) and ": " in choice.found.location:
+            if isinstance(layer, hessians.Layer) and choice.found.in_subgraph:
                 if method == "awq":
                     layer = "awq divides a layer's input by its channel scales, not written inside If branches yet"
                 elif inlined() is None:
