@@ -55,41 +55,11 @@ def quantize(name: str, dtype: str, output: Path, *extra: str) -> tuple[dict, fl
 def fold_dequantize(model_file: Path) -> bytes:
     """The model with every DequantizeLinear of constant inputs replaced by its output, computed by qlinear
     (in every graph, If branches included): what onnxruntime needs to run a microscaling model."""
-    import numpy as np
     import onnx
-    from onnx import numpy_helper
 
-    import qlinear
+    from qlinear.io.formats import onnx_dequantized
 
-    model = onnx.load(str(model_file))
-
-    def fold(graph, known: dict) -> None:
-        known = dict(known)
-        known.update({t.name: t for t in graph.initializer})
-        kept = []
-        for node in graph.node:
-            if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-                known[node.output[0]] = node.attribute[0].t
-            if node.op_type == "DequantizeLinear" and all(i in known for i in node.input if i):
-                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-                inputs = [numpy_helper.to_array(known[i]) for i in node.input if i]
-                output_dtype = attrs.pop("output_dtype", 0)
-                if output_dtype:
-                    attrs["output_dtype"] = onnx.helper.tensor_dtype_to_np_dtype(output_dtype)
-                y = qlinear.dequantize_linear(*inputs, opset=28, **attrs)
-                tensor = numpy_helper.from_array(np.asarray(y), node.output[0])
-                known[node.output[0]] = tensor
-                graph.initializer.append(tensor)
-                continue
-            for a in node.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    fold(sub, known)
-            kept.append(node)
-        del graph.node[:]
-        graph.node.extend(kept)
-
-    fold(model.graph, {})
-    return model.SerializeToString()
+    return onnx_dequantized.folded(onnx.load(str(model_file))).SerializeToString()
 
 
 def subset(name: str, data):

@@ -229,7 +229,10 @@ def _add_quantize(commands) -> None:
     p.add_argument("--no-bias-correction", action="store_true",
                    help="--calibrate: keep the biases as quantized (default: each Conv, ConvTranspose and Gemm bias "
                    "moved, layer by layer, so that its outputs' per-channel mean on up to 16 calibration samples is "
-                   "the float model's, with --activations float too; needs onnxruntime)")
+                   "the float model's, with --activations float too, except for the MX formats' weights, where it "
+                   "measured worse; needs onnxruntime)")
+    p.add_argument("--bias-correction", action="store_true",
+                   help="--calibrate --activations float: correct the biases for the MX formats' weights too")
     p.add_argument("--no-latency", action="store_true",
                    help="--calibrate: do not time the float and the quantized model in onnxruntime (default: 1 and 2 "
                    "threads on a batch of the calibration data, a few seconds)")

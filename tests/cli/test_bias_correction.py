@@ -203,3 +203,59 @@ def test_weights_only_report_line(tmp_path, capsys):
     assert code == 0
     assert "bias correction: 2 layers' biases moved to the float model's output means on 8 samples" in \
         capsys.readouterr().out
+
+
+def _reference_means(model, x: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    """The channel means of ``names`` as onnx's reference evaluator computes them: it runs the microscaling types'
+    DequantizeLinear, which onnxruntime cannot."""
+    from onnx.reference import ReferenceEvaluator
+
+    for name in names:
+        if name not in {o.name for o in model.graph.output}:
+            model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    values = ReferenceEvaluator(model).run(names, {"x": x})
+    return {name: np.asarray(v, np.float64).mean(axis=(0, 2, 3)) for name, v in zip(names, values)}
+
+
+@pytest.mark.parametrize("dtype, flags", [("nvfp4", ()), ("mxfp4", ("--bias-correction",))])
+def test_microscaling_weights_only_biases_move_on_the_weights_qlinear_dequantizes(tmp_path, capsys, dtype, flags):
+    """onnxruntime has no DequantizeLinear for float4 codes; the correction runs the model with qlinear's
+    dequantized weights in their place, and the biases written move as they do for int4: each layer's mean on
+    the samples is float's, by onnx's reference evaluator running the written model itself. (NVFP4 by default;
+    the MX formats when asked.)"""
+    onnx.save(_model(), str(tmp_path / "model.onnx"))
+    x = _samples(16)
+    np.savez(tmp_path / "cal.npz", x=x)
+    corrected = _weights_only(tmp_path, "corrected", "--dtype", dtype, *flags)
+    entry = json.loads(capsys.readouterr().out)["bias_correction"]
+    kept = _weights_only(tmp_path, "kept", "--dtype", dtype, "--no-bias-correction")
+    capsys.readouterr()
+    assert {row["node"] for row in entry["layers"]} == {"conv1", "conv2"}, entry
+    assert "computed by qlinear" in entry["note"]
+    reference = _channel_means(_model(), x, ["c1", "c2"])
+    after, before = (_reference_means(model, x, ["c1", "c2"]) for model in (corrected, kept))
+    for name in ("c1", "c2"):
+        scale = np.abs(reference[name]).max()
+        assert np.abs(after[name] - reference[name]).max() <= 1e-5 * scale, name
+        assert np.abs(before[name] - reference[name]).max() > 1e-3 * scale, name
+
+
+def test_mx_formats_keep_their_biases_unless_asked(tmp_path, capsys):
+    onnx.save(_model(), str(tmp_path / "model.onnx"))
+    np.savez(tmp_path / "cal.npz", x=_samples(8))
+    by_default = _weights_only(tmp_path, "default", "--dtype", "mxfp4")
+    entry = json.loads(capsys.readouterr().out)["bias_correction"]
+    kept = _weights_only(tmp_path, "kept", "--dtype", "mxfp4", "--no-bias-correction")
+    capsys.readouterr()
+    assert entry["note"].startswith("not by default for mxfp4") and "--bias-correction" in entry["note"]
+    assert by_default.SerializeToString() == kept.SerializeToString()
+
+
+def test_both_bias_correction_flags_are_refused(tmp_path, capsys):
+    onnx.save(_model(), str(tmp_path / "model.onnx"))
+    np.savez(tmp_path / "cal.npz", x=_samples(8))
+    code = main(["quantize", str(tmp_path / "model.onnx"), "--dtype", "int4", "--calibrate", str(tmp_path / "cal.npz"),
+                 "--activations", "float", "--bias-correction", "--no-bias-correction", "-o", str(tmp_path / "q.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--bias-correction and --no-bias-correction" in err

@@ -113,7 +113,15 @@ def _with_rounding(args, settings: Settings) -> Settings:
         scale_rule = "even"
     return replace(settings, rounding=method, weight_data=weight_data, scale_rule=scale_rule,
                    target=getattr(args, "target", None) or "onnxruntime",
-                   bias_correction=not getattr(args, "no_bias_correction", False))
+                   bias_correction=_bias_correction(args))
+
+
+def _bias_correction(args) -> bool | None:
+    """--bias-correction (True), --no-bias-correction (False), or neither (None: the type's default)."""
+    on, off = getattr(args, "bias_correction", False), getattr(args, "no_bias_correction", False)
+    if on and off:
+        raise UserError("--bias-correction and --no-bias-correction: give one of them")
+    return True if on else False if off else None
 
 
 def parse_settings(args) -> Settings:
@@ -194,6 +202,7 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
                                       ("--keep-float", args.keep_float),
                                       ("--no-latency", args.no_latency),
                                       ("--no-bias-correction", args.no_bias_correction),
+                                      ("--bias-correction", args.bias_correction),
                                       ("--max-drop", args.max_drop is not None),
                                       ("--report-samples", args.report_samples is not None)) if value]
     if not args.calibrate:
@@ -201,7 +210,8 @@ def _static(args, settings: Settings) -> static_quantization.StaticSettings | No
             raise UserError(f"{given[0]} applies to static quantization: give sample inputs with --calibrate DATA.npz")
         return None
     if args.activations == "float":  # weights only; their biases are corrected unless --no-bias-correction
-        others = [flag for flag in given if flag not in ("--activations", "--no-bias-correction")]
+        others = [flag for flag in given if flag not in ("--activations", "--no-bias-correction",
+                                                          "--bias-correction")]
         if others:
             raise UserError(f"{others[0]} applies to quantized activations, not --activations float")
         return None

@@ -471,7 +471,11 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
 
     # Weights only, with samples: the float model the biases are corrected against (`bias_correction`).
     weights_reference = None
-    if static_plan is None and settings.weight_data and settings.bias_correction:
+    weights_skipped = None  # why the biases are not corrected, if they are not
+    if static_plan is None and settings.weight_data:
+        weights_skipped = ("--no-bias-correction" if settings.bias_correction is False
+                           else None if settings.bias_correction else bias_correction.weights_only_default(settings))
+    if static_plan is None and settings.weight_data and weights_skipped is None:
         weights_reference = import_onnx().ModelProto()
         weights_reference.CopyFrom(model.model)
     data_path = output.with_name(output.name + ".data")
@@ -501,8 +505,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             corrected = static_quantization.correct_biases(
                 model.model, static_plan, static,
                 (model.data_folder, temporaries[-1].parent if external is not None else None))
-        weights_corrected = ({"note": "--no-bias-correction"}
-                             if static_plan is None and settings.weight_data and not settings.bias_correction else None)
+        weights_corrected = {"note": weights_skipped} if weights_skipped is not None else None
         if weights_reference is not None:
             if external is not None:
                 files[0].flush()  # the correction's runs read the data written so far

@@ -80,7 +80,9 @@ class Settings:
     scale_rule: str | None = None  # --scale-rule for the MX formats; None: qlinear.mx's default ("floor")
     rounding: str = "rtn"  # how the weights are rounded (`qlinear.rounding.METHODS`)
     weight_data: tuple = ()  # --calibrate paths for the rounding when the activations stay float
-    bias_correction: bool = True  # with weight_data: move the biases to the float model's output means
+    # with weight_data: move the biases to the float model's output means (None: as the type's default,
+    # `bias_correction.weights_only_default`)
+    bias_correction: bool | None = None
     target: str = "onnxruntime"  # --target: the runtime an ONNX model is written for (`qlinear.io.placement`)
 
     @property

@@ -316,13 +316,15 @@ SHOWN_LAYERS = 12  # the worst activations the table shows (--json has them all)
 
 
 def _show_bias_correction(console, corrected: dict) -> None:
-    if "note" in corrected:
+    if "layers" not in corrected:
         console.print(f"bias correction: not run ({corrected['note']})")
         return
     moved = corrected["layers"]
     largest = max((row["max_abs_shift"] for row in moved), default=0.0)
     console.print(f"bias correction: {len(moved)} layers' biases moved to the float model's output means on "
                   f"{corrected['samples']} samples (largest shift {largest:.3g}; {corrected['seconds']:.1f} s)")
+    if corrected.get("note"):
+        console.print(f"  ({corrected['note']})")
 
 
 def _show_activations(console, activations: dict) -> None:
