@@ -249,7 +249,7 @@ def _if_model(path, w, named=True):
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
     nodes = [helper.make_node("If", ["c"], ["y"], name="choose" if named else "", then_branch=branch,
                               else_branch=other)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
                                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
@@ -258,19 +258,22 @@ def _if_model(path, w, named=True):
 def _plain_model(path, w):
     """The If model's then branch as the whole model (c read by nothing)."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
                                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(w, "w")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-@pytest.mark.parametrize("conditions,note", [(None, ""), ([False] * 6, "never take"), ([True, False] * 3, "agree")])
+@pytest.mark.parametrize("conditions,note,method", [(None, "", "gptq"), ([False] * 6, "never take", "gptq"),
+                                                    ([True, False] * 3, "agree", "gptq"), (None, "", "awq")])
 def test_a_weight_in_the_if_branch_the_samples_take_is_rounded_as_in_a_model_without_the_if(tmp_path, capsys,
-                                                                                              conditions, note):
-    """The samples' If branch is inlined to collect its layers' inputs: its weight gets the codes gptq gives the
-    same layer in a model without the If (the oracle); a branch the samples never take, or an If they disagree
-    on, is rounded to nearest and the row says why."""
+                                                                                              conditions, note,
+                                                                                              method):
+    """The samples' If branch is inlined to collect its layers' inputs: its weight gets the codes gptq (or awq,
+    its input divided by the channel scales in the branch) gives the same layer in a model without the If (the
+    oracle); a branch the samples never take, or an If they disagree on, is rounded to nearest and the row says
+    why."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((16, 4)).astype(np.float32)
     x = (rng.standard_normal((6, 2, 16)) @ rng.standard_normal((16, 16))).astype(np.float32)
@@ -281,12 +284,18 @@ def test_a_weight_in_the_if_branch_the_samples_take_is_rounded_as_in_a_model_wit
         make(tmp_path / f"{name}.onnx", w)
         code, report, err = _quantize(capsys, tmp_path / f"{name}.onnx", "--dtype", "int4", "-o",
                                       tmp_path / f"{name}.q.onnx", "--calibrate", data, "--activations", "float",
-                                      "--rounding", "gptq", "--min-elements", "1")
+                                      "--rounding", method, "--min-elements", "1")
         assert code == 0, err
         row = next(r for r in report["tensors"] if r["name"] == "w")
         if name == "if":
-            assert row["rounding"] == ("gptq" if not note else "rtn"), row
+            assert row["rounding"] == (method if not note else "rtn"), row
             assert note in row.get("note", "")
+        if method == "awq":  # the input divided by a Div node, in the branch where the weight is
+            assert report["model"]["channel_scales"]["divided"] == ["mm"], report["model"]["channel_scales"]
+            written = onnx.load(str(tmp_path / f"{name}.q.onnx")).graph
+            graph = next(a.g for n in written.node if n.op_type == "If" for a in n.attribute
+                         if a.name == "then_branch") if name == "if" else written
+            assert [n.op_type for n in graph.node if n.op_type in ("Div", "MatMul")] == ["Div", "MatMul"]
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = ort.InferenceSession(str(tmp_path / f"{name}.q.onnx"), options, providers=["CPUExecutionProvider"])

@@ -72,8 +72,11 @@ def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
     found = choice.found
     uses = [use for use in (found.uses or ()) if use.weight]
     if found.in_subgraph:
-        use = uses[0] if len(uses) == 1 and len(found.uses or ()) == 1 and not uses[0].through else None
-        inside = onnx_branches.node_in_branch(model, found.location, use.node) if use is not None else None
+        if len(uses) != 1 or len(found.uses or ()) != 1:
+            return f"read by {len(found.uses or ())} nodes (one layer's Hessian cannot weigh its error)"
+        if uses[0].through:
+            return f"read through {' -> '.join(uses[0].through)}"
+        inside = onnx_branches.node_in_branch(model, found.location, uses[0].node)
         if inside is None:
             return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
         name, branch, node = inside
@@ -123,9 +126,7 @@ class Rounding:
         for choice in self.chosen:
             layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
             if isinstance(layer, hessians.Layer) and choice.found.in_subgraph:
-                if method == "awq":
-                    layer = "awq divides a layer's input by its channel scales, not written inside If branches yet"
-                elif inlined() is None:
+                if inlined() is None:
                     layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
                 else:
                     self.inlined = inlined()
@@ -207,13 +208,17 @@ def write_channel_scales(model, choices: list[Choice], outcomes: dict[str, Outco
         in_rows = (gran.kind == "axis" and gran.axis == writer.axis) or (gran.kind == "block" and gran.axis != writer.axis)
         return in_rows and settings.mx is None
 
-    layers = []
+    layers, in_branches = [], []
     for name, outcome in scaled:
         layer, scales = outcome.layer, np.asarray(outcome.rounded.channel_scales, np.float32)
         channels = rounding.input_channels(layer.op, tuple(by_name[name].found.shape), layer.group)
-        layers.append((layer.node, name, scales.astype(np.float64)[channels], scales, layer.divisor_shape(scales.size)))
+        entry = (layer.node, name, scales.astype(np.float64)[channels], scales, layer.divisor_shape(scales.size))
+        (in_branches if by_name[name].found.in_subgraph else layers).append(entry)
     done = model.divide_inputs(layers, foldable)
     folded, divided, tensors = [], [], []
+    for node, name, multipliers, scales, shape in in_branches:  # (weights in If branches: a Div in the branch)
+        tensors.append(model.divide_branch_input(by_name[name].found, node, multipliers, scales, shape))
+        divided.append(node)
     for (node, _, _, scales, _), result in zip(layers, done):
         if isinstance(result, str):
             divided.append(node)

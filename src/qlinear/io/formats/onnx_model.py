@@ -177,6 +177,26 @@ class OnnxModel:
         self.refresh()
         return done
 
+    def divide_branch_input(self, found: Found, node_name: str, multipliers, scales, divisor_shape) -> str:
+        """`divide_inputs` for a weight ``found`` inside an If branch, read by the node ``node_name`` of the same
+        branch: the weight multiplied in place, a Div node before the node in the branch (nothing folded: the
+        node that writes its input may lie outside the branch). Returns the divided tensor's name."""
+        from onnx import numpy_helper
+
+        from . import onnx_channel_scales
+
+        constant = self.constants[found.key]
+        value = self.array(found)
+        constant.tensor.CopyFrom(numpy_helper.from_array((value * multipliers).astype(value.dtype),
+                                                         constant.tensor.name))
+        graph = constant.graph
+        node = next(n for n in graph.node if n.name == node_name)
+        taken = _all_names(self.model)
+        divided = onnx_channel_scales.divide(graph, node, np.reshape(scales, divisor_shape),
+                                             lambda name: _unique(name, taken))
+        self.refresh()
+        return divided
+
     def _constant_editor(self, values):
         """``read(name)``, ``write(name, array)`` over the main graph's constants: ``values`` reads them, a
         written value replaces the stored tensor (a new name becomes an initializer) and is what ``read`` gives
