@@ -4,9 +4,9 @@ once over the calibration samples to sum the layers' input Hessians (`hessians.c
 rounded against its Hessian; the report gets, per weight, the layer's output SQNR on the calibration data
 with round-to-nearest and with the method, side by side.
 
-A weight directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, when
-every sample takes that branch (`onnx_branches`). A weight whose layer this cannot see (in a branch the samples
-never take or disagree on, in a nested If, read through a Reshape, read by several nodes, an operator without a
+A weight directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, over
+the samples that take that branch (`onnx_branches`; a pass of its own). A weight whose layer this cannot see (in
+a branch no sample takes, in a nested If, read through a Reshape, read by several nodes, an operator without a
 Hessian here) is rounded to nearest, and its row says why.
 """
 
@@ -50,20 +50,37 @@ def _node_by_name(model, name: str):
     return None
 
 
-def taken_branches(model, data) -> dict[str, str]:
-    """Main-graph If name -> the branch ("then_branch" or "else_branch") every calibration sample takes (one run of
-    the float model over the samples, exposing the conditions); Ifs the samples disagree on are left out."""
+def taken_branches(model, data) -> dict[str, list[str | None]]:
+    """Main-graph If name -> the branch ("then_branch" or "else_branch") each calibration sample takes, in the
+    samples' order (one run of the float model over them, exposing the conditions); None for a sample whose
+    condition holds several values (a batch that would take both)."""
     conditions = onnx_branches.conditions(model.model)
     if not conditions:
         return {}
-    seen: dict[str, set] = {}
+    seen: dict[str, list] = {}
     run = Segments(model.model, sorted(set(conditions.values())), first(data), folder=model.data_folder)
     for feeds in data:
-        for values in run(feeds):
-            for name, value in values.items():
-                seen.setdefault(name, set()).update(bool(v) for v in np.asarray(value).reshape(-1))
-    return {node: onnx_branches.BRANCHES[0] if seen[cond] == {True} else onnx_branches.BRANCHES[1]
-            for node, cond in conditions.items() if len(seen.get(cond, ())) == 1}
+        values = {}
+        for part in run(feeds):
+            values.update(part)
+        for name in set(conditions.values()):
+            held = {bool(v) for v in np.asarray(values[name]).reshape(-1)} if name in values else set()
+            seen.setdefault(name, []).append(None if len(held) != 1 else onnx_branches.BRANCHES[0 if True in held
+                                                                                                  else 1])
+    return {node: seen.get(cond, []) for node, cond in conditions.items()}
+
+
+class Subset:
+    """The samples of ``data`` at ``indices`` (those that take one If branch), iterated as ``data`` is."""
+
+    def __init__(self, data, indices):
+        self.data, self.indices = data, frozenset(indices)
+        self.samples = len(self.indices)
+
+    def __iter__(self):
+        for index, feeds in enumerate(self.data):
+            if index in self.indices:
+                yield feeds
 
 
 def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
@@ -81,8 +98,8 @@ def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
             return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
         name, branch, node = inside
         if taken is None or name not in taken:
-            return f"inside If {name!r}, whose branch the calibration samples do not all agree on"
-        if taken[name] != branch:
+            return f"inside If {name!r}, whose condition the calibration run did not read"
+        if branch not in taken[name]:
             return f"in If {name!r}'s {branch}, which the calibration samples never take"
         return hessians.layer_of(node, found.name, found.shape)
     if len(uses) != 1 or len(found.uses or ()) != 1:
@@ -121,15 +138,21 @@ class Rounding:
         taken = None
         if method in rounding.NEEDS_DATA and data is not None and any(c.found.in_subgraph for c in self.chosen):
             taken = taken_branches(model, data)
-        self.inlined = None  # the model with the taken branches inlined, where the branch layers are collected
-        inlined = functools.cache(lambda: onnx_branches.inline(model.model, taken))  # made once, if a layer needs it
+        # (If name, branch) -> the model with that branch inlined and the samples that take it: a branch's
+        # layers are collected there, in a pass of their own
+        self.branches: dict[tuple, tuple] = {}
+        self.where: dict[str, tuple] = {}  # weight name -> its branch's key in `branches`
+        inlined = functools.cache(lambda name, branch: onnx_branches.inline(model.model, {name: branch}))
         for choice in self.chosen:
             layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
             if isinstance(layer, hessians.Layer) and choice.found.in_subgraph:
-                if inlined() is None:
+                name, branch, _ = onnx_branches.node_in_branch(model.model, choice.found.location, layer.node)
+                if inlined(name, branch) is None:
                     layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
                 else:
-                    self.inlined = inlined()
+                    takes = [i for i, b in enumerate(taken[name]) if b == branch]
+                    self.branches[name, branch] = (inlined(name, branch), takes)
+                    self.where[choice.found.name] = (name, branch)
             if isinstance(layer, hessians.Layer) and layer.recurrent and method == "awq":
                 layer = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
             if isinstance(layer, str):
@@ -146,7 +169,7 @@ class Rounding:
         """(names, consume, bytes held) for `activation_calibration.collect`: the Hessians from the same run,
         where they fit in `HESSIAN_BUDGET` all at once (otherwise `run` collects them in groups, a pass each);
         None if not."""
-        if not self.collected or len(_budgeted(self.collected)) > 1 or self.inlined is not None:
+        if not self.collected or len(_budgeted(self.collected)) > 1 or self.branches:
             return None  # (branch layers: collected on the inlined model, a pass of their own)
         self.collector = hessians.Collector(self.collected, samples)
         return self.collector.names, self.collector.consume, self.collector.held_bytes()
@@ -157,19 +180,25 @@ class Rounding:
         samples per group, each group's Hessians dropped once its weights are rounded: memory stays within the
         budget (or the largest layer's Hessian) plus the segments' activations."""
         total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
+        by_layer = {id(layer): name for name, layer in self.layers.items() if layer is not None}
         if self.collector is not None:  # the Hessians came from the run that calibrated the activations
             self.collector.finish()
-            groups = [self.collected]
-        else:
-            groups = _budgeted(self.collected) or [[]]
-        by_layer = {id(layer): name for name, layer in self.layers.items() if layer is not None}
-        for index, group in enumerate(groups):
+            groups = [(None, self.collected)]
+        else:  # the main graph's layers on the model, each If branch's on it inlined with the samples taking it
+            passes: dict = {}
+            for layer in self.collected:
+                passes.setdefault(self.where.get(by_layer[id(layer)]), []).append(layer)
+            groups = [(key, group) for key, members in passes.items() for group in _budgeted(members)]
+            groups = groups or [(None, [])]
+        for index, (key, group) in enumerate(groups):
             if group and self.collector is None:
+                collected_on, on = (model.model, data) if key is None else (
+                    self.branches[key][0], Subset(data, self.branches[key][1]))
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
-                with report.progress(data.samples, f"collecting {len(group)} layer Hessians{what} on "
-                                     f"{data.samples} samples", unit="samples") as advance:
-                    collected_on = self.inlined if self.inlined is not None else model.model
-                    hessians.collect(collected_on, group, data, advance, folder=model.data_folder)
+                taking = f" (those taking If {key[0]!r}'s {key[1]})" if key is not None else ""
+                with report.progress(on.samples, f"collecting {len(group)} layer Hessians{what} on "
+                                     f"{on.samples} samples{taking}", unit="samples") as advance:
+                    hessians.collect(collected_on, group, on, advance, folder=model.data_folder)
             names = {by_layer[id(layer)] for layer in group}
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}
