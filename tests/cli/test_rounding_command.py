@@ -376,6 +376,86 @@ def test_gptq_rounds_lstm_weights_against_their_inputs_and_states(tmp_path, caps
         assert row["output_sqnr_db"]["gptq"] > row["output_sqnr_db"]["rtn"] + margin, row
 
 
+def _lstm_model(path, w, r, chain: bool):
+    """A one-direction LSTM whose W and R are ``w`` and ``r`` [4H, I] with their gate blocks in PyTorch's order
+    (i, f, g, o): reordered to ONNX's (i, o, f, c) through Slice -> Concat -> Unsqueeze as PyTorch exports them
+    (``chain``), or stored already reordered, [1, 4H, I], and read directly."""
+    hidden = w.shape[0] // 4
+    order = [0, 3, 1, 2]  # ONNX's gates from PyTorch's blocks
+    inits, nodes = [], [helper.make_node("Transpose", ["x"], ["sequence"], perm=[1, 0, 2])]
+    for name, value in (("W", w), ("R", r)):
+        if not chain:
+            reordered = np.concatenate([value[g * hidden:(g + 1) * hidden] for g in order])[None]
+            inits.append(numpy_helper.from_array(reordered, name))
+            continue
+        inits.append(numpy_helper.from_array(value, f"{name}_torch"))
+        for g in order:
+            for suffix, v in (("start", g * hidden), ("end", (g + 1) * hidden)):
+                inits.append(numpy_helper.from_array(np.array([v], np.int64), f"{name}_{g}_{suffix}"))
+            nodes.append(helper.make_node("Slice", [f"{name}_torch", f"{name}_{g}_start", f"{name}_{g}_end"],
+                                          [f"{name}_gate{g}"]))
+        nodes.append(helper.make_node("Concat", [f"{name}_gate{g}" for g in order], [f"{name}_2d"], axis=0))
+        nodes.append(helper.make_node("Unsqueeze", [f"{name}_2d", "axes0"], [name]))
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes0"))
+    nodes.append(helper.make_node("LSTM", ["sequence", "W", "R"], ["y"], name="lstm", hidden_size=hidden))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, w.shape[1]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_lstm_weights_read_through_pytorch_s_gate_reordering_are_rounded_as_read_directly(tmp_path, capsys):
+    """W and R reach the LSTM through Slice -> Concat -> Unsqueeze (PyTorch's gate order to ONNX's): every row is
+    weighed by the same Hessian, so gptq rounds them against the LSTM's inputs and states as it rounds the same
+    weights stored reordered (the oracle): the two quantized models compute the same bits."""
+    rng = np.random.default_rng(8)
+    hidden, size = 16, 32
+    w = (rng.standard_normal((4 * hidden, size)) * 0.3).astype(np.float32)
+    r = (rng.standard_normal((4 * hidden, hidden)) * 0.3).astype(np.float32)
+    x = np.einsum("ntk,kl->ntl", rng.standard_normal((24, 6, size)), rng.standard_normal((size, size)))
+    x = x.astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x)
+    outputs = {}
+    for name, chain in (("chain", True), ("direct", False)):
+        _lstm_model(tmp_path / f"{name}.onnx", w, r, chain)
+        code, report, err = _quantize(capsys, tmp_path / f"{name}.onnx", "--dtype", "int4", "-o",
+                                      tmp_path / f"{name}.q.onnx", "--calibrate", tmp_path / "d.npz",
+                                      "--activations", "float")
+        assert code == 0, err
+        rows = {row["name"]: row for row in report["tensors"] if row.get("quantized")}
+        assert {row.get("rounding") for row in rows.values()} == {"gptq"}, rows
+        assert len(rows) == 2
+        outputs[name] = _run(tmp_path / f"{name}.q.onnx", x[:1])
+    np.testing.assert_array_equal(outputs["chain"], outputs["direct"])
+
+
+def test_a_weight_two_layers_read_is_rounded_against_both_inputs(tmp_path, capsys):
+    """One Gemm weight read by two Gemm nodes, on two differently correlated inputs: gptq weighs its error by
+    the sum of their Hessians, and both layers' outputs on the samples move less than round to nearest's."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((8, 64)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["a", "w"], ["ya"], name="first", transB=1),
+             helper.make_node("Gemm", ["b", "w"], ["yb"], name="second", transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 64]) for n in "ab"],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ya", "yb")],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    a = (rng.standard_normal((200, 64)) @ rng.standard_normal((64, 64))).astype(np.float32)
+    b = (rng.standard_normal((200, 64)) @ rng.standard_normal((64, 64))).astype(np.float32)
+    np.savez(tmp_path / "d.npz", a=a, b=b)
+    errors = {}
+    for method in ("gptq", "rtn"):
+        code, report, err = _quantize(capsys, tmp_path / "m.onnx", "--dtype", "int4", "-o", tmp_path / f"{method}.onnx",
+                                      "--calibrate", tmp_path / "d.npz", "--activations", "float", "--rounding", method)
+        assert code == 0, err
+        if method == "gptq":
+            row = next(r for r in report["tensors"] if r["name"] == "w")
+            assert row["rounding"] == "gptq", row
+        session = ort.InferenceSession(str(tmp_path / f"{method}.onnx"), providers=["CPUExecutionProvider"])
+        ya, yb = session.run(None, {"a": a, "b": b})
+        errors[method] = [float(np.sum((ya - a @ w.T) ** 2)), float(np.sum((yb - b @ w.T) ** 2))]
+    assert errors["gptq"][0] < errors["rtn"][0] and errors["gptq"][1] < errors["rtn"][1], errors
+
+
 def test_samples_the_model_cannot_run_are_one_line_and_exit_2(net, tmp_path, capsys):
     model, _, _ = net
     data = tmp_path / "wrong.npz"

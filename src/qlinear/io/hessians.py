@@ -277,6 +277,36 @@ def layer_of(node, weight: str, shape: tuple[int, ...]) -> Layer | str:
                  transpose_input=bool(_attribute(node, "transA", 0)))
 
 
+ROW_CHAINS = frozenset({"Slice", "Concat", "Unsqueeze", "Identity"})  # ops that select or reorder rows only
+
+
+def layer_through(node, weight: str, use, shape: tuple[int, ...]) -> Layer | str:
+    """The `Layer` of ``node`` reading the 2-D ``weight`` of ``shape`` through a chain of `ROW_CHAINS` operators
+    (``use``: its `plan.Use`, the weight's channel axis 0 and reduction axis 1): a Gemm's transposed B, or an
+    LSTM's, GRU's or RNN's W or R of one direction. Its rows (output channels) may be selected, reordered or
+    stacked, its columns are the layer's input features as they are: every row is weighed by the same Hessian,
+    which the layer's input gives. The layout is the weight's own, rows by columns ("Gemm.T")."""
+    chain = " -> ".join(use.through)
+    if not set(use.through) <= ROW_CHAINS or len(shape) != 2 or (use.channel_axis, use.reduction_axis) != (0, 1):
+        return f"read through {chain}"
+    op = node.op_type
+    if op in RECURRENT:
+        if _attribute(node, "direction", "forward") == "bidirectional":
+            return f"read through {chain} by a bidirectional {op} (one weight for both directions' matrices)"
+        index = {"W": 1, "R": 2}.get(use.input)
+        if index is None or len(node.input) <= index:
+            return f"it is not the {op}'s W or R"
+        layer = _recurrent_layer(node, node.input[index], (1,) + tuple(shape))
+    elif op == "Gemm" and use.input == "B" and _attribute(node, "transB", 0) and not _attribute(node, "transA", 0):
+        layer = Layer(weight, "Gemm.T", shape[1], node.input[0], node.name)
+    else:
+        return f"read through {chain}"
+    if isinstance(layer, str):
+        return layer
+    layer.weight, layer.op, layer.features_count, layer.group = weight, "Gemm.T", int(shape[1]), 1
+    return layer
+
+
 class Collector:
     """Feeds the layers' input tensors, as a run over the samples exposes them, into their Hessians: ``names``
     to expose, ``consume(values)`` for each segment's tensors, ``finish()`` after the last sample. Layers whose

@@ -13,7 +13,7 @@ Hessian here) is rounded to nearest, and its row says why.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,37 +83,54 @@ class Subset:
                 yield feeds
 
 
-def _layer(model, choice: Choice, taken: dict[str, str] | None = None):
-    """The weight's `hessians.Layer`, or why there is none (a string). ``taken``: the If branches the samples
-    take (`taken_branches`), whose layers are collected on the model with them inlined."""
+def _parts(model, choice: Choice, taken: dict | None = None):
+    """The layers that read the weight, each with where it is collected (None: the model; (If name, branch): the
+    model with that branch inlined), or why it has none (a string). A weight read by several nodes (an If's two
+    branches, say) gets one part per node, as long as every node reads it as the same kind of layer: its
+    Hessian is then the sum of theirs. A weight reaches a part directly or through a chain that only selects or
+    reorders its rows (Slice, Concat, Unsqueeze: PyTorch's gate order for an LSTM). ``taken``: the branch each
+    sample takes of each main-graph If (`taken_branches`); a part in a branch no sample takes is left out."""
     found = choice.found
     uses = [use for use in (found.uses or ()) if use.weight]
-    if found.in_subgraph:
-        if len(uses) != 1 or len(found.uses or ()) != 1:
-            return f"read by {len(found.uses or ())} nodes (one layer's Hessian cannot weigh its error)"
-        if uses[0].through:
-            return f"read through {' -> '.join(uses[0].through)}"
-        inside = onnx_branches.node_in_branch(model, found.location, uses[0].node)
-        if inside is None:
-            return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
-        name, branch, node = inside
-        if taken is None or name not in taken:
-            return f"inside If {name!r}, whose condition the calibration run did not read"
-        if branch not in taken[name]:
-            return f"in If {name!r}'s {branch}, which the calibration samples never take"
-        return hessians.layer_of(node, found.name, found.shape)
-    if len(uses) != 1 or len(found.uses or ()) != 1:
+    if not uses or len(uses) != len(found.uses or ()):
         return f"read by {len(found.uses or ())} nodes (one layer's Hessian cannot weigh its error)"
-    use = uses[0]
-    if use.through:
-        return f"read through {' -> '.join(use.through)}"
-    node = _node_by_name(model, use.node)
-    if node is None:
-        return "its node has no name to find it by"
-    layer = hessians.layer_of(node, found.name, found.shape)
-    if not isinstance(layer, str) and layer.state and layer.state in stored_constants(model.graph):
-        return f"the {node.op_type}'s initial state is a constant (only computed states are collected)"
-    return layer
+    kinds = {(use.op, use.input, use.channel_axis, use.reduction_axis) for use in uses}
+    if len(kinds) != 1:
+        return f"read by {len(uses)} nodes as different layers ({', '.join(sorted(u.label() for u in uses))})"
+    by_node: dict[str, object] = {}
+    for use in uses:
+        by_node.setdefault(use.node, use)
+    parts, never = [], []
+    for node_name, use in by_node.items():
+        scope = use.node if use.node.startswith("If '") else found.location if found.in_subgraph else ""
+        key = None
+        if scope:
+            inside = onnx_branches.node_in_branch(model, scope, node_name)
+            if inside is None:
+                return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
+            name, branch, node = inside
+            if taken is None or name not in taken:
+                return f"inside If {name!r}, whose condition the calibration run did not read"
+            if branch not in taken[name]:
+                never.append(f"If {name!r}'s {branch}")
+                continue
+            key = (name, branch)
+        else:
+            node = _node_by_name(model, node_name)
+            if node is None:
+                return "its node has no name to find it by"
+        if use.through:
+            layer = hessians.layer_through(node, found.name, use, found.shape)
+        else:
+            layer = hessians.layer_of(node, found.name, found.shape)
+        if isinstance(layer, str):
+            return layer if len(by_node) == 1 else f"{node_name}: {layer}"
+        if layer.state and layer.state in stored_constants(model.graph):
+            return f"the {node.op_type}'s initial state is a constant (only computed states are collected)"
+        parts.append((layer, key))
+    if not parts:
+        return f"in {' and '.join(never)}, which the calibration samples never take"
+    return parts
 
 
 def codec_for(choice: Choice, settings: Settings) -> Codec:
@@ -136,30 +153,37 @@ class Rounding:
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
         taken = None
-        if method in rounding.NEEDS_DATA and data is not None and any(c.found.in_subgraph for c in self.chosen):
+        if method in rounding.NEEDS_DATA and data is not None and any(
+                c.found.in_subgraph or any(u.node.startswith("If '") for u in c.found.uses or ()) for c in self.chosen):
             taken = taken_branches(model, data)
         # (If name, branch) -> the model with that branch inlined and the samples that take it: a branch's
         # layers are collected there, in a pass of their own
         self.branches: dict[tuple, tuple] = {}
-        self.where: dict[str, tuple] = {}  # weight name -> its branch's key in `branches`
+        self.parts: dict[str, list] = {}  # weight name -> its layers and their keys in `branches` (None: the model)
         inlined = functools.cache(lambda name, branch: onnx_branches.inline(model.model, {name: branch}))
         for choice in self.chosen:
-            layer = _layer(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
-            if isinstance(layer, hessians.Layer) and choice.found.in_subgraph:
-                name, branch, _ = onnx_branches.node_in_branch(model.model, choice.found.location, layer.node)
-                if inlined(name, branch) is None:
-                    layer = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
-                else:
-                    takes = [i for i, b in enumerate(taken[name]) if b == branch]
-                    self.branches[name, branch] = (inlined(name, branch), takes)
-                    self.where[choice.found.name] = (name, branch)
-            if isinstance(layer, hessians.Layer) and layer.recurrent and method == "awq":
-                layer = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
-            if isinstance(layer, str):
-                self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {layer}")
+            parts = _parts(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
+            if isinstance(parts, list):
+                for _, key in parts:
+                    if key is not None and key not in self.branches:
+                        if inlined(*key) is None:
+                            parts = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
+                            break
+                        self.branches[key] = (inlined(*key), [i for i, b in enumerate(taken[key[0]]) if b == key[1]])
+            if isinstance(parts, list) and method == "awq":
+                if any(layer.recurrent for layer, _ in parts):
+                    parts = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
+                elif len(parts) > 1 or choice.found.uses[0].through:
+                    parts = "awq divides a layer's input by its channel scales: one layer reading it directly"
+            if isinstance(parts, str):
+                self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {parts}")
+            elif parts is None:
+                self.layers[choice.found.name] = None
             else:
-                self.layers[choice.found.name] = layer
-        self.collected = [layer for layer in self.layers.values() if layer is not None]
+                self.parts[choice.found.name] = parts
+                # the layer the weight is rounded against: its parts' Hessians summed (`_combined`)
+                self.layers[choice.found.name] = parts[0][0] if len(parts) == 1 else replace(parts[0][0])
+        self.collected = [layer for parts in self.parts.values() for layer, _ in parts]
         for layer in self.collected:
             layer.wants_magnitudes = method == "awq"
         self.collector = None
@@ -180,16 +204,18 @@ class Rounding:
         samples per group, each group's Hessians dropped once its weights are rounded: memory stays within the
         budget (or the largest layer's Hessian) plus the segments' activations."""
         total = sum(c.found.size for c in self.chosen if c.found.name in self.layers)
-        by_layer = {id(layer): name for name, layer in self.layers.items() if layer is not None}
+        owner = {id(layer): name for name, parts in self.parts.items() for layer, _ in parts}
         if self.collector is not None:  # the Hessians came from the run that calibrated the activations
             self.collector.finish()
             groups = [(None, self.collected)]
         else:  # the main graph's layers on the model, each If branch's on it inlined with the samples taking it
             passes: dict = {}
-            for layer in self.collected:
-                passes.setdefault(self.where.get(by_layer[id(layer)]), []).append(layer)
+            for name, parts in self.parts.items():
+                for layer, key in parts:
+                    passes.setdefault(key, []).append(layer)
             groups = [(key, group) for key, members in passes.items() for group in _budgeted(members)]
             groups = groups or [(None, [])]
+        last = {owner[id(layer)]: index for index, (_, group) in enumerate(groups) for layer in group}
         for index, (key, group) in enumerate(groups):
             if group and self.collector is None:
                 collected_on, on = (model.model, data) if key is None else (
@@ -199,7 +225,11 @@ class Rounding:
                 with report.progress(on.samples, f"collecting {len(group)} layer Hessians{what} on "
                                      f"{on.samples} samples{taking}", unit="samples") as advance:
                     hessians.collect(collected_on, group, on, advance, folder=model.data_folder)
-            names = {by_layer[id(layer)] for layer in group}
+            # a weight is rounded once the last group that holds one of its layers is collected
+            names = {name for name, at in last.items() if at == index}
+            for name in names:
+                if len(self.parts[name]) > 1:
+                    _combine(self.layers[name], [layer for layer, _ in self.parts[name]])
             if index == 0:  # the weights without a layer (the methods without data) go with the first group
                 names |= {name for name, layer in self.layers.items() if layer is None}
             with report.progress(total, f"rounding {len(names)} weights ({self.settings.rounding})",
@@ -209,8 +239,15 @@ class Rounding:
                         self.outcomes[choice.found.name] = _round_one(model, choice, self.settings,
                                                                       self.layers[choice.found.name], advance,
                                                                       self.factors, self.activation_levels)
-            for layer in group:  # this group's Hessians are done with
-                layer.sums = layer.magnitudes = layer.lows = layer.highs = None
+            for layer in group:  # this group's Hessians are done with, unless a weight rounded later sums them
+                if last[owner[id(layer)]] <= index:
+                    layer.sums = layer.magnitudes = layer.lows = layer.highs = None
+            for name in names:
+                if name in self.parts and len(self.parts[name]) > 1:
+                    for layer, _ in self.parts[name]:
+                        layer.sums = layer.magnitudes = layer.lows = layer.highs = None
+                    combined = self.layers[name]
+                    combined.sums = combined.magnitudes = combined.lows = combined.highs = None
             self.factors.clear()
         return self.outcomes
 
@@ -264,8 +301,6 @@ def write_channel_scales(model, choices: list[Choice], outcomes: dict[str, Outco
 def _rows_divided(rounded: rounding.Rounded, axis: int, scales: np.ndarray, gran) -> rounding.Rounded:
     """``rounded`` with its output channels (``axis``) divided by ``scales``: the same codes, their groups' scales
     divided (each group lies in one channel: `write_channel_scales`)."""
-    from dataclasses import replace
-
     divisor = np.asarray(scales, np.float64)
     full = [1] * rounded.values.ndim
     full[axis] = divisor.size
@@ -275,6 +310,19 @@ def _rows_divided(rounded: rounding.Rounded, axis: int, scales: np.ndarray, gran
     else:
         new_scale = stored.astype(np.float64) / divisor.reshape(full)
     return replace(rounded, scale=new_scale.astype(stored.dtype), values=rounded.values / divisor.reshape(full))
+
+
+def _combine(into: hessians.Layer, parts: list) -> None:
+    """``into``'s statistics: those of its ``parts`` (the layers that read one weight) together: the Hessians
+    and magnitudes summed, the ranges widened, the rows counted."""
+    into.sums = sum(part.sums for part in parts if part.sums is not None) if any(
+        part.sums is not None for part in parts) else None
+    into.rows = sum(part.rows for part in parts)
+    held = [part for part in parts if part.magnitudes is not None]
+    into.magnitudes = sum(part.magnitudes for part in held) if held else None
+    ranged = [part for part in parts if part.lows is not None]
+    into.lows = np.minimum.reduce([part.lows for part in ranged]) if ranged else None
+    into.highs = np.maximum.reduce([part.highs for part in ranged]) if ranged else None
 
 
 HESSIAN_BUDGET = 256 << 20  # bytes of Hessians held at once (float64 K x K per group of a layer)
@@ -312,6 +360,9 @@ def _round_one(model, choice: Choice, settings: Settings, layer, advance, factor
         else:
             if layer.rows == 0:
                 return Outcome(None, "rounded to nearest: the calibration samples never reached its layer")
+            if layer.sums is not None and layer.sums.shape[-1] != layer.features_count:  # a chain took columns
+                return Outcome(None, f"rounded to nearest: its layer reads {layer.sums.shape[-1]} features, not "
+                               f"the weight's {layer.features_count} columns")
             ranges = (layer.lows, layer.highs) if layer.lows is not None else None
             result = rounding.round_weight(x, choice.granularity, codec, method, layer.op, layer.group, layer.sums,
                                            layer.magnitudes, layer.rows, factors=factors, ranges=ranges,
