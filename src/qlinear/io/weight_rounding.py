@@ -4,10 +4,12 @@ once over the calibration samples to sum the layers' input Hessians (`hessians.c
 rounded against its Hessian; the report gets, per weight, the layer's output SQNR on the calibration data
 with round-to-nearest and with the method, side by side.
 
-A weight directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, over
-the samples that take that branch (`onnx_branches`; a pass of its own). A weight whose layer this cannot see (in
-a branch no sample takes, in a nested If, read through a Reshape, read by several nodes, an operator without a
-Hessian here) is rounded to nearest, and its row says why.
+A layer directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, over
+the samples that take that branch (`onnx_branches`; a pass of its own). A weight read by several layers of one
+kind is rounded against the sum of their Hessians; one read through a chain that only selects or reorders its
+rows, against its layer's (`hessians.layer_through`). A weight whose layer this cannot see (in a branch no
+sample takes, in a nested If, read through a Reshape, read as different layers, an operator without a Hessian
+here) is rounded to nearest, and its row says why.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class Rounding:
                 self.layers[choice.found.name] = None
             else:
                 self.parts[choice.found.name] = parts
-                # the layer the weight is rounded against: its parts' Hessians summed (`_combined`)
+                # the layer the weight is rounded against: its parts' Hessians summed (`_combine`)
                 self.layers[choice.found.name] = parts[0][0] if len(parts) == 1 else replace(parts[0][0])
         self.collected = [layer for parts in self.parts.values() for layer, _ in parts]
         for layer in self.collected:
