@@ -308,6 +308,59 @@ def test_a_weight_in_the_if_branch_the_samples_take_is_rounded_as_in_a_model_wit
         np.testing.assert_array_equal(outputs["if"], outputs["plain"])
 
 
+def _nested_if_model(path, w):
+    """y = If(c, then: If(d, then: MatMul(x, w) named "mm", else: Identity(x)), else: Identity(x))."""
+    inner_then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")], "inner_then", [],
+                                   [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+                                   [numpy_helper.from_array(w, "w")])
+    inner_else = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "inner_else", [],
+                                   [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    outer_then = helper.make_graph([helper.make_node("If", ["d"], ["inner"], name="inner", then_branch=inner_then,
+                                                     else_branch=inner_else)], "outer_then", [],
+                                   [helper.make_tensor_value_info("inner", TensorProto.FLOAT, None)])
+    outer_else = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "outer_else", [],
+                                   [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="outer", then_branch=outer_then,
+                                                else_branch=outer_else)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                               helper.make_tensor_value_info("d", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_weight_in_a_nested_if_is_rounded_on_the_samples_that_reach_it(tmp_path, capsys):
+    """The outer If is inlined, the inner If's condition read on that model over the samples that take the outer
+    branch, and the inner branch inlined in turn: the weight's codes are those of the same layer without the Ifs,
+    calibrated on the samples that take both branches (the oracle)."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    x = (rng.standard_normal((8, 2, 16)) @ rng.standard_normal((16, 16))).astype(np.float32)
+    c = np.array([True, True, False, True, True, False, True, True])
+    d = np.array([True, False, True, True, True, False, False, True])
+    both = c & d
+    np.savez(tmp_path / "nested.npz", x=x, c=c, d=d)
+    np.savez(tmp_path / "plain.npz", x=x[both], c=c[both])
+    _nested_if_model(tmp_path / "nested.onnx", w)
+    _plain_model(tmp_path / "plain.onnx", w)
+    outputs = {}
+    for name in ("nested", "plain"):
+        code, report, err = _quantize(capsys, tmp_path / f"{name}.onnx", "--dtype", "int4", "-o",
+                                      tmp_path / f"{name}.q.onnx", "--calibrate", tmp_path / f"{name}.npz",
+                                      "--activations", "float", "--rounding", "gptq", "--min-elements", "1")
+        assert code == 0, err
+        row = next(r for r in report["tensors"] if r["name"] == "w")
+        assert row["rounding"] == "gptq", row
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(str(tmp_path / f"{name}.q.onnx"), options, providers=["CPUExecutionProvider"])
+        feeds = {"x": x[0], "c": np.array(True)}
+        if name == "nested":
+            feeds["d"] = np.array(True)
+        outputs[name] = session.run(None, feeds)[0]
+    np.testing.assert_array_equal(outputs["nested"], outputs["plain"])
+
+
 def test_a_weight_inside_an_unnamed_if_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
     rng = np.random.default_rng(3)
     _if_model(tmp_path / "if.onnx", rng.standard_normal((16, 4)).astype(np.float32), named=False)

@@ -4,17 +4,16 @@ once over the calibration samples to sum the layers' input Hessians (`hessians.c
 rounded against its Hessian; the report gets, per weight, the layer's output SQNR on the calibration data
 with round-to-nearest and with the method, side by side.
 
-A layer directly in a main-graph If's branch is collected on a copy of the model with the branch inlined, over
-the samples that take that branch (`onnx_branches`; a pass of its own). A weight read by several layers of one
+A layer in an If's branch (nested Ifs too) is collected on a copy of the model with the branches inlined, over
+the samples that take them (`Branches`, `onnx_branches`; a pass of its own). A weight read by several layers of one
 kind is rounded against the sum of their Hessians; one read through a chain that only selects or reorders its
 rows, against its layer's (`hessians.layer_through`). A weight whose layer this cannot see (in a branch no
-sample takes, in a nested If, read through a Reshape, read as different layers, an operator without a Hessian
+sample takes, in a loop's body, read through a Reshape, read as different layers, an operator without a Hessian
 here) is rounded to nearest, and its row says why.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,15 +51,15 @@ def _node_by_name(model, name: str):
     return None
 
 
-def taken_branches(model, data) -> dict[str, list[str | None]]:
-    """Main-graph If name -> the branch ("then_branch" or "else_branch") each calibration sample takes, in the
-    samples' order (one run of the float model over them, exposing the conditions); None for a sample whose
-    condition holds several values (a batch that would take both)."""
-    conditions = onnx_branches.conditions(model.model)
+def taken_branches(proto, data, folder=None) -> dict[str, list[str | None]]:
+    """Main-graph If name -> the branch ("then_branch" or "else_branch") each sample of ``data`` takes, in the
+    samples' order (one run of ``proto`` over them, exposing the conditions); None for a sample whose condition
+    holds several values (a batch that would take both)."""
+    conditions = onnx_branches.conditions(proto)
     if not conditions:
         return {}
     seen: dict[str, list] = {}
-    run = Segments(model.model, sorted(set(conditions.values())), first(data), folder=model.data_folder)
+    run = Segments(proto, sorted(set(conditions.values())), first(data), folder=folder)
     for feeds in data:
         values = {}
         for part in run(feeds):
@@ -72,12 +71,46 @@ def taken_branches(model, data) -> dict[str, list[str | None]]:
     return {node: seen.get(cond, []) for node, cond in conditions.items()}
 
 
+class Branches:
+    """The If branches the calibration samples take, from the main graph down: for a branch path (`onnx_branches`:
+    ((If, branch), ...)), the model with its Ifs inlined and the samples that take it, each found when first
+    asked for (a nested If's condition is read on the model with the Ifs above it inlined, over their samples)."""
+
+    def __init__(self, model, data):
+        self.model, self.data = model, data
+        self._inlined: dict[tuple, object] = {(): model.model}
+        self._samples: dict[tuple, list[int] | None] = {(): list(range(data.samples))}
+        self._taken: dict[tuple, dict] = {}  # a path -> what its inlined model's main-graph Ifs take
+
+    def inlined(self, path: tuple):
+        """The model with the Ifs of ``path`` inlined; None if a branch's names clash."""
+        if path not in self._inlined:
+            parent = self.inlined(path[:-1])
+            self._inlined[path] = None if parent is None else onnx_branches.inline(parent, {path[-1][0]: path[-1][1]})
+        return self._inlined[path]
+
+    def samples(self, path: tuple) -> list[int] | None:
+        """The indices of the samples that take every branch of ``path``; None if its model cannot be inlined."""
+        if path not in self._samples:
+            parent, (name, branch) = path[:-1], path[-1]
+            within, model = self.samples(parent), self.inlined(parent)
+            if within is None or model is None:
+                self._samples[path] = None
+            else:
+                if parent not in self._taken:
+                    self._taken[parent] = taken_branches(model, Subset(self.data, within), self.model.data_folder) \
+                        if within else {}
+                along = self._taken[parent].get(name, [])
+                self._samples[path] = [i for i, b in zip(within, along) if b == branch]
+        return self._samples[path]
+
+
 class Subset:
     """The samples of ``data`` at ``indices`` (those that take one If branch), iterated as ``data`` is."""
 
     def __init__(self, data, indices):
         self.data, self.indices = data, frozenset(indices)
-        self.samples = len(self.indices)
+        self.samples = len(self.indices)  # (in ``data``'s order, whatever the order of ``indices``)
 
     def __iter__(self):
         for index, feeds in enumerate(self.data):
@@ -85,13 +118,13 @@ class Subset:
                 yield feeds
 
 
-def _parts(model, choice: Choice, taken: dict | None = None):
+def _parts(model, choice: Choice, branches: Branches | None = None):
     """The layers that read the weight, each with where it is collected (None: the model; (If name, branch): the
     model with that branch inlined), or why it has none (a string). A weight read by several nodes (an If's two
     branches, say) gets one part per node, as long as every node reads it as the same kind of layer: its
     Hessian is then the sum of theirs. A weight reaches a part directly or through a chain that only selects or
-    reorders its rows (Slice, Concat, Unsqueeze: PyTorch's gate order for an LSTM). ``taken``: the branch each
-    sample takes of each main-graph If (`taken_branches`); a part in a branch no sample takes is left out."""
+    reorders its rows (Slice, Concat, Unsqueeze: PyTorch's gate order for an LSTM). ``branches``: the If branches
+    the samples take (`Branches`); a part in a branch no sample takes is left out."""
     found = choice.found
     uses = [use for use in (found.uses or ()) if use.weight]
     if not uses or len(uses) != len(found.uses or ()):
@@ -109,14 +142,14 @@ def _parts(model, choice: Choice, taken: dict | None = None):
         if scope:
             inside = onnx_branches.node_in_branch(model, scope, node_name)
             if inside is None:
-                return "inside a subgraph (only the layers directly in a main-graph If's branches are collected)"
-            name, branch, node = inside
-            if taken is None or name not in taken:
-                return f"inside If {name!r}, whose condition the calibration run did not read"
-            if branch not in taken[name]:
-                never.append(f"If {name!r}'s {branch}")
+                return "inside a subgraph (only the layers in If branches are collected, not in loop bodies)"
+            key, node = inside
+            taking = branches.samples(key) if branches is not None else None
+            if taking is None:
+                return "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
+            if not taking:
+                never.append(" > ".join(f"If {name!r}'s {branch}" for name, branch in key))
                 continue
-            key = (name, branch)
         else:
             node = _node_by_name(model, node_name)
             if node is None:
@@ -154,24 +187,17 @@ class Rounding:
         self.chosen = [c for c in choices if c.quantized]
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
-        taken = None
-        if method in rounding.NEEDS_DATA and data is not None and any(
-                c.found.in_subgraph or any(u.node.startswith("If '") for u in c.found.uses or ()) for c in self.chosen):
-            taken = taken_branches(model, data)
-        # (If name, branch) -> the model with that branch inlined and the samples that take it: a branch's
-        # layers are collected there, in a pass of their own
+        taken = Branches(model, data) if method in rounding.NEEDS_DATA and data is not None else None
+        # branch path -> the model with its Ifs inlined and the samples that take it: a branch's layers are
+        # collected there, in a pass of their own
         self.branches: dict[tuple, tuple] = {}
         self.parts: dict[str, list] = {}  # weight name -> its layers and their keys in `branches` (None: the model)
-        inlined = functools.cache(lambda name, branch: onnx_branches.inline(model.model, {name: branch}))
         for choice in self.chosen:
             parts = _parts(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
             if isinstance(parts, list):
                 for _, key in parts:
-                    if key is not None and key not in self.branches:
-                        if inlined(*key) is None:
-                            parts = "its If branch cannot be inlined to collect its inputs (its tensors' names clash)"
-                            break
-                        self.branches[key] = (inlined(*key), [i for i, b in enumerate(taken[key[0]]) if b == key[1]])
+                    if key is not None:
+                        self.branches[key] = (taken.inlined(key), taken.samples(key))
             if isinstance(parts, list) and method == "awq":
                 if any(layer.recurrent for layer, _ in parts):
                     parts = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
@@ -223,7 +249,8 @@ class Rounding:
                 collected_on, on = (model.model, data) if key is None else (
                     self.branches[key][0], Subset(data, self.branches[key][1]))
                 what = f" (group {index + 1} of {len(groups)})" if len(groups) > 1 else ""
-                taking = f" (those taking If {key[0]!r}'s {key[1]})" if key is not None else ""
+                taking = (" (those taking " + " > ".join(f"If {name!r}'s {branch}" for name, branch in key) + ")"
+                          if key is not None else "")
                 with report.progress(on.samples, f"collecting {len(group)} layer Hessians{what} on "
                                      f"{on.samples} samples{taking}", unit="samples") as advance:
                     hessians.collect(collected_on, group, on, advance, folder=model.data_folder)

@@ -1,10 +1,11 @@
 """If branches the calibration samples take, inlined into the main graph so that their layers' inputs can be
 collected (onnxruntime exposes only main-graph tensors as outputs).
 
-A main-graph If whose condition every sample gives the same value is replaced, in a copy of the model, by the
-nodes of the branch taken: its constants and nodes moved into the main graph, and an Identity from each of the
-branch's outputs to the If's. The copy computes what the model computes on those samples; the nodes keep their
-names, so a weight's layer is found there by its node's name. Nested Ifs stay as they are.
+A main-graph If is replaced, in a copy of the model, by the nodes of one branch: its constants and nodes moved
+into the main graph, and an Identity from each of the branch's outputs to the If's. The copy computes what the
+model computes on the samples that take that branch; the nodes keep their names, so a weight's layer is found
+there by its node's name. An If nested in the branch is then a main-graph If of the copy, inlined in turn
+(`weight_rounding.Branches`); a branch path names the Ifs from the main graph down, ((If, branch), ...).
 """
 
 from __future__ import annotations
@@ -48,17 +49,26 @@ def inline(model, taken: dict[str, str]):
 
 
 def node_in_branch(model, location: str, node_name: str):
-    """(If name, branch, the node named ``node_name`` in it: bare, or after its scope as a use names it) for a
-    constant at ``location`` ("If 'NAME' BRANCH: ...") directly inside a main-graph If's branch; None otherwise
-    (nested deeper, or not found)."""
+    """(the branch path, the node named ``node_name`` in it: bare, or after its scope as a use names it) for a
+    constant or a use at ``location`` ("If 'A' then_branch > If 'B' else_branch: ..."), inside If branches from
+    the main graph down; the path is ((A, then_branch), (B, else_branch), ...). None where a step of the scope is
+    not an If's branch (a Loop's body) or a name is not found."""
     head = location.split(": ", 1)[0]
-    if not head.startswith("If '") or head.count("'") != 2:
-        return None
     node_name = node_name.removeprefix(head + ": ")  # a use names its node after its scope
-    name, branch = head[4:].split("' ", 1)
-    for node in model.graph.node:
-        if node.op_type == "If" and node.name == name:
-            graph = next((a.g for a in node.attribute if a.name == branch), None)
-            found = next((n for n in graph.node if n.name == node_name), None) if graph is not None else None
-            return (name, branch, found) if found is not None else None
-    return None
+    path = []
+    for step in head.split(" > "):
+        if not step.startswith("If '") or step.count("'") != 2:
+            return None
+        name, branch = step[4:].split("' ", 1)
+        if branch not in BRANCHES:
+            return None
+        path.append((name, branch))
+    graph = model.graph
+    for name, branch in path:
+        node = next((n for n in graph.node if n.op_type == "If" and n.name == name), None)
+        graph = next((a.g for a in node.attribute if a.name == branch), None) if node is not None else None
+        if graph is None:
+            return None
+    found = next((n for n in graph.node if n.name == node_name), None)
+    return (tuple(path), found) if found is not None else None
+
