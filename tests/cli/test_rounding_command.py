@@ -361,6 +361,34 @@ def test_a_weight_in_a_nested_if_is_rounded_on_the_samples_that_reach_it(tmp_pat
     np.testing.assert_array_equal(outputs["nested"], outputs["plain"])
 
 
+def test_a_main_graph_weight_read_inside_a_branch(tmp_path, capsys):
+    """gptq collects the branch's layer for a weight the main graph stores; awq, which would write its division
+    in the weight's own graph, rounds it to nearest and says why (no traceback)."""
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="choose", then_branch=then,
+                                                else_branch=other)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    np.savez(tmp_path / "d.npz", x=(rng.standard_normal((6, 2, 16)) @ rng.standard_normal((16, 16))).astype(np.float32),
+             c=np.ones(6, bool))
+    for method, expected in (("gptq", "gptq"), ("awq", "rtn")):
+        code, report, err = _quantize(capsys, tmp_path / "m.onnx", "--dtype", "int4", "--min-elements", "1", "-o",
+                                      tmp_path / f"{method}.onnx", "--calibrate", tmp_path / "d.npz",
+                                      "--activations", "float", "--rounding", method)
+        assert code == 0, err
+        row = next(r for r in report["tensors"] if r["name"] == "w")
+        assert row["rounding"] == expected, row
+    assert "in the weight's own graph" in row["note"]
+
+
 def test_a_weight_inside_an_unnamed_if_is_rounded_to_nearest_and_said_so(tmp_path, capsys):
     rng = np.random.default_rng(3)
     _if_model(tmp_path / "if.onnx", rng.standard_normal((16, 4)).astype(np.float32), named=False)

@@ -168,6 +168,11 @@ def _parts(model, choice: Choice, branches: Branches | None = None):
     return parts
 
 
+def _scope(node_name: str) -> str:
+    """The scope a use names its node after ("If 'A' then_branch > ..."), "" in the main graph."""
+    return node_name.rsplit(": ", 1)[0] if node_name.startswith("If '") else ""
+
+
 def codec_for(choice: Choice, settings: Settings) -> Codec:
     found = choice.found
     scale_dtype = _SCALE_TYPES.get(found.type_name, np.float32)
@@ -201,8 +206,10 @@ class Rounding:
             if isinstance(parts, list) and method == "awq":
                 if any(layer.recurrent for layer, _ in parts):
                     parts = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
-                elif len(parts) > 1 or choice.found.uses[0].through:
-                    parts = "awq divides a layer's input by its channel scales: one layer reading it directly"
+                elif len(parts) > 1 or choice.found.uses[0].through or _scope(choice.found.uses[0].node) != (
+                        choice.found.location.split(": ", 1)[0] if choice.found.in_subgraph else ""):
+                    parts = ("awq divides a layer's input by its channel scales: one layer reading it directly, in "
+                             "the weight's own graph")
             if isinstance(parts, str):
                 self.outcomes[choice.found.name] = Outcome(None, f"rounded to nearest: {parts}")
             elif parts is None:
