@@ -47,13 +47,15 @@ def _quantize(capsys, *args):
     return code, (json.loads(captured.out) if code == 0 else None), captured.err
 
 
-def _run(path, x):
+def _run(path, x, **feeds):
+    """The model's first output for input ``x`` (and the other inputs ``feeds``) in onnxruntime, unoptimized."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     # onnxruntime 1.32's graph optimizations compute blocked int2 DequantizeLinear wrongly, and differently
     # from session to session (docs/semantics.md); unoptimized it agrees with onnx's reference and qlinear.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x, **feeds})[0]
 
 
 @pytest.fixture
@@ -300,10 +302,7 @@ def test_a_weight_in_the_if_branch_the_samples_take_is_rounded_as_in_a_model_wit
             graph = next(a.g for n in written.node if n.op_type == "If" for a in n.attribute
                          if a.name == "then_branch") if name == "if" else written
             assert [n.op_type for n in graph.node if n.op_type in ("Div", "MatMul")] == ["Div", "MatMul"]
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(str(tmp_path / f"{name}.q.onnx"), options, providers=["CPUExecutionProvider"])
-        outputs[name] = session.run(None, {"x": x[0], "c": np.array(True)})[0]
+        outputs[name] = _run(tmp_path / f"{name}.q.onnx", x[0], c=np.array(True))
     if not note:
         np.testing.assert_array_equal(outputs["if"], outputs["plain"])
 
@@ -351,13 +350,8 @@ def test_a_weight_in_a_nested_if_is_rounded_on_the_samples_that_reach_it(tmp_pat
         assert code == 0, err
         row = next(r for r in report["tensors"] if r["name"] == "w")
         assert row["rounding"] == "gptq", row
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(str(tmp_path / f"{name}.q.onnx"), options, providers=["CPUExecutionProvider"])
-        feeds = {"x": x[0], "c": np.array(True)}
-        if name == "nested":
-            feeds["d"] = np.array(True)
-        outputs[name] = session.run(None, feeds)[0]
+        more = {"d": np.array(True)} if name == "nested" else {}
+        outputs[name] = _run(tmp_path / f"{name}.q.onnx", x[0], c=np.array(True), **more)
     np.testing.assert_array_equal(outputs["nested"], outputs["plain"])
 
 

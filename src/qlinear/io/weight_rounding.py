@@ -192,17 +192,17 @@ class Rounding:
         self.chosen = [c for c in choices if c.quantized]
         self.layers, self.outcomes = {}, {}
         method = settings.rounding
-        taken = Branches(model, data) if method in rounding.NEEDS_DATA and data is not None else None
+        branches = Branches(model, data) if method in rounding.NEEDS_DATA and data is not None else None
         # branch path -> the model with its Ifs inlined and the samples that take it: a branch's layers are
         # collected there, in a pass of their own
         self.branches: dict[tuple, tuple] = {}
         self.parts: dict[str, list] = {}  # weight name -> its layers and their keys in `branches` (None: the model)
         for choice in self.chosen:
-            parts = _parts(model.model, choice, taken) if method in rounding.NEEDS_DATA else None
+            parts = _parts(model.model, choice, branches) if method in rounding.NEEDS_DATA else None
             if isinstance(parts, list):
                 for _, key in parts:
                     if key is not None:
-                        self.branches[key] = (taken.inlined(key), taken.samples(key))
+                        self.branches[key] = (branches.inlined(key), branches.samples(key))
             if isinstance(parts, list) and method == "awq":
                 if any(layer.recurrent for layer, _ in parts):
                     parts = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.quantize_linear import dequantize_linear
-from .onnx_constants import attributes, stored_constants, subgraphs
+from .onnx_constants import attributes, prune_unused, stored_constants, subgraphs
 
 
 def folded(model, folder=None):
@@ -47,19 +47,13 @@ def folded(model, folder=None):
         graph.node.extend(kept)
 
     fold(copy.graph, {})
-    _drop_unread(copy.graph)
+    _pruned(copy.graph)
     return copy
 
 
-def _drop_unread(graph) -> None:
-    """The initializers and Constant nodes of ``graph`` (and its subgraphs) that nothing reads any longer."""
-    from .onnx_constants import names_read
-
-    read = names_read(graph) | {i.name for i in graph.input}  # (old models list initializers as inputs too)
-    for tensor in [t for t in graph.initializer if t.name not in read]:
-        graph.initializer.remove(tensor)
-    for node in [n for n in graph.node if n.op_type == "Constant" and n.output and n.output[0] not in read]:
-        graph.node.remove(node)
+def _pruned(graph) -> None:
+    """`prune_unused` in ``graph`` and in its subgraphs: the codes and scales no node reads any longer."""
+    prune_unused(graph)
     for node in graph.node:
         for sub in subgraphs(node):
-            _drop_unread(sub)
+            _pruned(sub)
