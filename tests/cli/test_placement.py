@@ -245,7 +245,7 @@ def _stem_graph(*layers) -> onnx.ModelProto:
                                           **({} if kind == "relu" else {"kernel_shape": [2, 2]})))
     graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
                               [helper.make_tensor_value_info(f"t{len(layers)}", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
 
 
 @pytest.mark.parametrize("layers, kept", [
@@ -338,3 +338,95 @@ def test_target_is_checked(built, capsys, tmp_path):
               "--target", "tensorrt", "-o", str(tmp_path / "t.onnx")])
     assert raised.value.code == 2
     assert "invalid choice: 'tensorrt'" in capsys.readouterr().err
+
+
+def _untiled(path, tmp_path):
+    """The written model with its gates' Tile nodes taken out again: what placement wrote before
+    `broadcast_gates.rewrite`."""
+    from qlinear.io.formats.onnx_constants import prune_unused
+
+    model = onnx.load(str(path))
+    tiles = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Tile"}
+    for node in model.graph.node:
+        node.input[:] = [tiles.get(name, name) for name in node.input]
+    prune_unused(model.graph)
+    out = tmp_path / f"{path.stem}.untiled.onnx"
+    onnx.save(model, str(out))
+    return out, model
+
+
+def test_the_squeeze_excite_gate_is_tiled_to_its_map_for_onnxruntime(targets, capsys, built, tmp_path):
+    """onnxruntime's QLinearMul runs a broadcast gate on one thread; the gate's codes are tiled to the map's shape
+    between its QuantizeLinear and DequantizeLinear. The oracle of "same values" is the model without the Tile,
+    run by onnxruntime (fused and unfused) and by `qlinear run`: identical bits."""
+    written = onnx.load(str(targets["onnxruntime"]))
+    tiles = [n for n in written.graph.node if n.op_type == "Tile"]
+    assert len(tiles) == 1  # the squeeze-excite gate; the hard swishes' products are of equal shapes
+    readers = [n for n in written.graph.node if tiles[0].output[0] in n.input]
+    assert [r.op_type for r in readers] == ["DequantizeLinear"]
+    product = next(n for n in written.graph.node if readers[0].output[0] in n.input)
+    assert product.name == "se_mul"
+    assert not any(n.op_type == "Tile" for n in onnx.load(str(targets["qdq-portable"])).graph.node)
+    untiled, _ = _untiled(targets["onnxruntime"], tmp_path)
+    optimized, before = _ops(_optimized(targets["onnxruntime"], tmp_path)), _ops(_optimized(untiled, tmp_path))
+    assert optimized.get("QLinearMul") == before.get("QLinearMul") and optimized.get("Tile") == 1, optimized
+    assert optimized.get("Transpose", 0) == before.get("Transpose", 0), (optimized, before)
+    x = np.random.default_rng(5).normal(0, 1, (3, 3, 32, 32)).astype(np.float32)
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        np.testing.assert_array_equal(_run(targets["onnxruntime"], x, level), _run(untiled, x, level))
+    import qlinear.onnx
+
+    np.testing.assert_array_equal(qlinear.onnx.run(targets["onnxruntime"], {"x": x})["probs"],
+                                  qlinear.onnx.run(untiled, {"x": x})["probs"])
+    folder, model_path = built
+    code, report, err = _quantize(capsys, model_path, "--dtype", "int8", "--calibrate", folder / "calibration.npz",
+                                  "-o", tmp_path / "gates.onnx", "--no-eval", "--no-latency", "--report-samples", "0")
+    assert code == 0, err
+    assert report["activations"]["gates_tiled"] == ["se_mul"]
+
+
+def _gate_graph(gate_shape, readers: int = 1) -> onnx.ModelProto:
+    """x [2, 4, 3, 5] times a gate of ``gate_shape``, both through QuantizeLinear -> DequantizeLinear, as placement
+    writes them; ``readers`` > 1: the gate's DequantizeLinear is read by an Identity too."""
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("QuantizeLinear", ["g", "s", "z"], ["gq"]),
+             helper.make_node("DequantizeLinear", ["gq", "s", "z"], ["gd"]),
+             helper.make_node("Mul", ["xd", "gd"], ["y"], name="gate_mul")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 5])]
+    if readers > 1:
+        nodes.append(helper.make_node("Identity", ["gd"], ["also"]))
+        outputs.append(helper.make_tensor_value_info("also", TensorProto.FLOAT, gate_shape))
+    graph = helper.make_graph(nodes, "gate", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 5]),
+                                              helper.make_tensor_value_info("g", TensorProto.FLOAT, gate_shape)],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("gate_shape, readers, tiled", [
+    ([2, 4, 1, 1], 1, True),
+    (["N", 4, 1, 1], 1, True),  # an unknown batch: the gate's and x's are the same sample's
+    ([2, 1, 1, 1], 1, False),  # one value for every channel: it would still broadcast
+    ([1, 4, 1, 1], 1, False),  # one gate for the whole batch
+    ([2, 4, 3, 5], 1, False),  # nothing to tile
+    ([2, 4, 1, 1], 2, False),  # its DequantizeLinear has another reader
+])
+def test_which_gates_are_tiled(gate_shape, readers, tiled):
+    from onnx.reference import ReferenceEvaluator
+
+    from qlinear.io.placement import broadcast_gates
+
+    model = _gate_graph(gate_shape, readers)
+    before = onnx.ModelProto()
+    before.CopyFrom(model)
+    done = broadcast_gates.rewrite(model)
+    assert done == ([("gate_mul", "gd")] if tiled else [])
+    onnx.checker.check_model(model, full_check=True)
+    rng = np.random.default_rng(1)
+    shape = [2 if d == "N" else d for d in gate_shape]
+    feeds = {"x": rng.normal(0, 2, (2, 4, 3, 5)).astype(np.float32), "g": rng.uniform(0, 1, shape).astype(np.float32)}
+    for got, want in zip(ReferenceEvaluator(model).run(None, feeds), ReferenceEvaluator(before).run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, feeds)[0], ReferenceEvaluator(before).run(None, feeds)[0])

@@ -401,11 +401,13 @@ class Agreement:
 
 
 def compare(float_model, quantized_model, names: list[str], data: CalibrationData, limit: int | None = None,
-            progress=None, folders=(None, None), channels=None) -> dict[str, Agreement]:
+            progress=None, folders=(None, None), channels=None, tiled=()) -> dict[str, Agreement]:
     """Run both models (`Segments` exposing the same groups of ``names`` in step) on the samples of ``data``
     (the first ``limit``) and sum each tensor's squared values and squared differences. ``folders``: where
     each model's external data files are, if it has any. ``channels``: tensor -> how many of its channels (axis
-    1) are compared, for tensors that carry zero channels after them (`onnx_channel_padding`)."""
+    1) are compared, for tensors that carry zero channels after them (`onnx_channel_padding`). ``tiled``: tensors
+    the quantized model repeats along the float one's axes of size 1 (`placement.broadcast_gates`): their first
+    repeat is compared."""
     channels = channels or {}
     feeds = first(data)
     float_run = Segments(float_model, names, feeds, folder=folders[0])
@@ -427,6 +429,8 @@ def compare(float_model, quantized_model, names: list[str], data: CalibrationDat
                 x, y = np.asarray(waiting[0].pop(name)), np.asarray(waiting[1].pop(name))
                 if name in channels:
                     x, y = x[:, :channels[name]], y[:, :channels[name]]
+                if name in tiled and x.ndim == y.ndim:
+                    y = y[tuple(slice(0, size) for size in x.shape)]
                 if x.shape != y.shape:
                     raise UserError(f"tensor {name!r} has shape {x.shape} in the float model and {y.shape} quantized")
                 signal, noise, worst = calibration_stats.agreement(x, y)

@@ -29,7 +29,7 @@ from .extras import import_onnx
 from . import mx_files
 from .formats import onnx_model, tensor_files, zarr_store
 from .formats.onnx_constants import prune_unused, stored_constants
-from .placement import Skipped, gather_tables
+from .placement import Skipped, broadcast_gates, gather_tables
 from .placement import onnxruntime as placement_onnxruntime
 from .placement.graph import image_stem
 from .plan import Choice, Found, Quantized, Settings, min_opset
@@ -500,6 +500,8 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             operand_rows = static_quantization.write_operands(model, static_plan, static, writer.taken)
             pairs = static_quantization.write_activations(model, writer, static_plan, static)
             prune_unused(model.model.graph)  # operands and folded nodes no longer read
+            gates = broadcast_gates.rewrite(model.model) if static.target == "onnxruntime" else []
+            static_plan.tiled = {gate for _, gate in gates}
             if external is not None:
                 files[0].flush()  # the correction's runs read the data written so far
             corrected = static_quantization.correct_biases(
@@ -562,6 +564,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
                 "tensors": static_quantization.activation_rows(static_plan, static),
                 "kept": [{"name": s.name, "reason": s.reason} for s in static_plan.skipped],
                 "target": static.target, "operands": operand_rows, "bias_correction": corrected,
+                "gates_tiled": [node for node, _ in gates],
                 "per_layer": layers,
             }
         summary["model"].update(_measure(measure, original_ref, quantized_ref, input_names, model))

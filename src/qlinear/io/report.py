@@ -348,6 +348,10 @@ def _show_activations(console, activations: dict) -> None:
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "
                   f"{activations['calibration_samples']} calibration samples; {len(activations['kept'])} kept float")
+    if activations.get("gates_tiled"):
+        count = len(activations["gates_tiled"])
+        console.print(f"channel gates tiled to their maps for onnxruntime (its broadcast QLinearMul runs on one "
+                      f"thread): {count} Mul node{'s' * (count > 1)}")
     if activations.get("bias_correction") is not None:
         _show_bias_correction(console, activations["bias_correction"])
     layers = activations["per_layer"]

@@ -74,6 +74,7 @@ class Plan:
     folding: dict = field(default_factory=dict)  # what was folded into the convolutions first
     float_model: object = None  # the float ModelProto as quantized (opset raised, folded): the per-layer reference
     real_channels: dict = field(default_factory=dict)  # tensor -> its channels before zero ones were added to it
+    tiled: set = field(default_factory=set)  # gates repeated over their maps for onnxruntime (`broadcast_gates`)
 
     @property
     def activations(self) -> list[placement.Activation]:
@@ -261,7 +262,8 @@ def per_layer(float_ref, quantized_ref, plan_: Plan, output_names: list[str], co
         return {"samples": 0, "layers": [], "outputs": []}
     names = list(dict.fromkeys([a.compared for a in plan_.activations if a.producer] + output_names))
     agreements = activation_calibration.compare(float_ref, quantized_ref, names, plan_.data, limit=count,
-                                                progress=progress, folders=folders, channels=plan_.real_channels)
+                                                progress=progress, folders=folders, channels=plan_.real_channels,
+                                                tiled=plan_.tiled)
     layers = sorted(({"tensor": a.compared, "producer": a.producer, "node": a.node, "readers": a.readers[:3],
                       "sqnr_db": agreements[a.compared].sqnr_db,
                       "max_abs_error": agreements[a.compared].max_abs_error}

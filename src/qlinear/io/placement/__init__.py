@@ -2,9 +2,10 @@
 (`qlinear quantize --target`): `onnxruntime` (the default) places them where onnxruntime's CPU provider fuses
 them into int8 kernels and leaves float islands whole; `qdq_portable` places a pair around every operator a QDQ
 runtime may fuse, as onnxruntime's own quantizer does, for runtimes that find their own fusions. A target is a
-function ``place(model, keep_float, float_weights, arrays) -> Placement``. For any quantized model (weights only
-too), `gather_tables` then rewrites what the `onnxruntime` target reads through a contrib operator: 4-bit Gather
-tables."""
+function ``place(model, keep_float, float_weights, arrays) -> Placement``. After the pairs are written,
+`broadcast_gates` tiles the channel gates of squeeze-excite blocks for the `onnxruntime` target (its broadcast
+QLinearMul runs on one thread); for any quantized model (weights only too), `gather_tables` rewrites what the
+`onnxruntime` target reads through a contrib operator: 4-bit Gather tables."""
 
 from __future__ import annotations
 
