@@ -78,3 +78,26 @@ def test_a_branch_reads_its_outer_graph_s_codes():
     assert [node.op_type for node in inner.node] == ["MatMul"]
     np.testing.assert_array_equal(numpy_helper.to_array(inner.initializer[0]), [[-4.0, 3.5], [1.5, -0.5]])
     assert not folded.graph.initializer  # the outer codes and scale: read by nothing now
+
+
+def test_with_a_data_file_the_copy_refers_to_the_same_tensors(tmp_path):
+    """Given a data file, the folded tensors of 1 KB or more go there (the copy holds the quantized model's
+    bytes, not the float model's); read back, and run by onnxruntime from the copy, they are the same bits."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx.save(_model(), str(tmp_path / "model.onnx"))
+    assert main(["quantize", str(tmp_path / "model.onnx"), "--dtype", "nvfp4", "-o", str(tmp_path / "q.onnx"),
+                 "--no-eval"]) == 0
+    quantized = onnx.load(str(tmp_path / "q.onnx"))
+    inline = onnx_dequantized.folded(quantized)
+    external = onnx_dequantized.folded(quantized, data=tmp_path / "weights.data")
+    moved = [t.name for t in external.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert sorted(moved) == ["w_conv", "w_matmul"]  # the bias (64 bytes) stays in the copy
+    assert external.ByteSize() < inline.ByteSize() - 16 * 64 * 9 * 4
+    for t, u in zip(inline.graph.initializer, external.graph.initializer):
+        assert numpy_helper.to_array(u, base_dir=str(tmp_path)).tobytes() == numpy_helper.to_array(t).tobytes()
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(tmp_path))
+    x = np.random.default_rng(2).normal(0, 1, (1, 64, 13, 13)).astype(np.float32)
+    runs = [ort.InferenceSession(m.SerializeToString(), options if m is external else ort.SessionOptions(),
+                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0] for m in (inline, external)]
+    np.testing.assert_array_equal(runs[0], runs[1])

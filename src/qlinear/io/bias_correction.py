@@ -275,13 +275,25 @@ def corrected(quantized, reference, data, folders=(None, None)) -> dict:
 def _corrected_dequantized(quantized, reference, samples: list[dict], progress, folders) -> tuple[list[dict], int]:
     """`correct` run on `onnx_dequantized.folded` of ``quantized``: the same outputs, the weights computed by
     qlinear. The float biases moved there are copied into ``quantized`` under their names."""
+    import tempfile
+    import uuid
+    from pathlib import Path
+
     from .formats import onnx_dequantized
 
-    run_on = onnx_dequantized.folded(quantized, folders[1])
-    stored = stored_constants(quantized.graph)
-    found = [layer for layer in layers(run_on, reference)
-             if layer.scale is None and stored.get(layer.bias.name) is not None]
-    moved, used = correct(run_on, reference, samples, found, progress, folders)
+    # The dequantized tensors go to a data file (the copy would hold the float model's weights otherwise), beside
+    # the quantized model's own data file if it has one, else in a folder of their own; removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="qlinear_dequantized_") as scratch:
+        folder = Path(folders[1]) if folders[1] is not None else Path(scratch)
+        data = folder / f"qlinear_dequantized_{uuid.uuid4().hex}.data"
+        try:
+            run_on = onnx_dequantized.folded(quantized, folders[1], data)
+            stored = stored_constants(quantized.graph)
+            found = [layer for layer in layers(run_on, reference)
+                     if layer.scale is None and stored.get(layer.bias.name) is not None]
+            moved, used = correct(run_on, reference, samples, found, progress, (folders[0], folder))
+        finally:
+            data.unlink(missing_ok=True)
     for layer in found:
         stored[layer.bias.name].CopyFrom(layer.bias)
     return moved, used
