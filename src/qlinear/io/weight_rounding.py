@@ -427,8 +427,17 @@ def _output_db(x, applied: np.ndarray, choice: Choice, settings: Settings, layer
     layout = Layout.of(layer.op, x.shape, layer.group)
     h = layer.sums
     w = layout.view(x).astype(np.float64)
-    signal = output_error(w, h)
+    signal = _output_error(w, h)
     nearest = rounding.round_weight(x, choice.granularity, codec_for(choice, settings), "rtn").values
-    return {name: Stats(signal=signal, noise=output_error(layout.view(values) - w, h)).sqnr_db
+    return {name: Stats(signal=signal, noise=_output_error(layout.view(values) - w, h)).sqnr_db
             for name, values in (("rtn", nearest), (settings.rounding, applied))}
+
+
+OUTPUT_ERROR_ROWS = 1 << 22  # matrix elements per product at most (its [G, R, K] float64 product: 32 MB)
+
+
+def _output_error(error: np.ndarray, h: np.ndarray) -> float:
+    """`output_error` summed over slices of the rows, so that its product is not as large as the weight."""
+    step = max(1, OUTPUT_ERROR_ROWS // max(1, error.shape[0] * error.shape[2]))
+    return float(sum(output_error(error[:, r:r + step], h) for r in range(0, error.shape[1], step)))
 

@@ -61,7 +61,7 @@ class Layout:
           one matrix ``[N, K]``;
         - LSTM, GRU, RNN ``W``/``R [D, gates * H, I]``: one matrix per direction ``[gates * H, I]``.
         """
-        positions = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+        positions = np.arange(math.prod(shape), dtype=index_dtype(math.prod(shape))).reshape(shape)
         if op == "Conv":
             o, c = shape[0], shape[1]
             if o % group:
@@ -88,6 +88,12 @@ class Layout:
         else:
             raise ValueError(f"Layout.of: no layout for operator {op!r}")
         return cls(tuple(shape), np.ascontiguousarray(index))
+
+
+def index_dtype(count: int):
+    """int32 positions where they fit: a layer's index arrays are as large as its weight (an 8192 x 8192 weight's
+    int64 index alone took 512 MB)."""
+    return np.int32 if count < 2**31 else np.int64
 
 
 def row_errors(error: np.ndarray, hessians: np.ndarray) -> np.ndarray:
@@ -122,7 +128,7 @@ class Groups:
         """``runs``: find the runs of blocks along the columns (what GPTQ chooses blocks by); without it the
         parameters are chosen once."""
         count = math.prod(gran.param_shape)
-        positions = np.arange(count, dtype=np.int64).reshape(gran.param_shape)
+        positions = np.arange(count, dtype=index_dtype(count)).reshape(gran.param_shape)
         of = layout.view(np.broadcast_to(gran.expand(positions), layout.shape))
         return cls(of, count, block_runs(of) if gran.kind == "block" and runs else None)
 
@@ -274,7 +280,7 @@ class Parameters:
         for size in np.unique(sizes):
             which = np.flatnonzero(sizes == size)
             starts = np.concatenate([[0], bounds])[which]
-            rows = values[order][starts[:, None] + np.arange(size)[None, :]]
+            rows = values[order[starts[:, None] + np.arange(size)[None, :]]]  # one gather, not a sorted copy first
             self._store(ids[which], *choose(rows))
 
     def choose_run(self, g: int, start: int, stop: int, matrix: np.ndarray) -> None:
