@@ -305,3 +305,33 @@ def test_nvfp4_block_scales_are_chosen_before_the_rounding_and_mxfp4_as_it_reach
         rounded = round_weight(w, gran, _codec(dtype, True), "gptq", "Conv", 1, h)
         same = np.array_equal(np.asarray(rounded.scale).view(np.uint8), np.asarray(nearest.scale).view(np.uint8))
         assert same == (dtype == "nvfp4"), dtype
+
+
+@pytest.mark.parametrize("dtype", ["int4", "nvfp4", "mxfp4"])
+@pytest.mark.parametrize("op, shape, gran", [
+    ("Gemm.T", (24, 64), Granularity("block", (24, 64), 1, 16)),  # blocks along the input features
+    ("MatMul", (64, 24), Granularity("block", (64, 24), 0, 16)),  # MatMul B [K, N]: blocks along K
+    ("Conv", (12, 8, 3, 3), Granularity("axis", (12, 8, 3, 3), 0)),  # per output channel
+    ("MatMul", (64, 24), Granularity("axis", (64, 24), 0)),  # per input feature: a group spans every row
+    ("Gemm.T", (24, 64), Granularity("tensor", (24, 64))),
+])
+def test_round_to_nearest_a_slice_of_rows_at_a_time_is_the_whole_weights(dtype, op, shape, gran):
+    """`nearest_rows` (the report's round to nearest on large layers) gives round_weight's rtn values to the bit,
+    a few rows a slice; where a group spans rows it declines."""
+    from qlinear.rounding import nearest_rows
+
+    if dtype in mx_reference.FORMATS and gran.kind != "block":
+        pytest.skip("the microscaling formats are blocked")
+    w = np.random.default_rng(SEED + 9).normal(0, 1, shape).astype(np.float32)
+    whole = round_weight(w, gran, _codec(dtype), "rtn")
+    pieces = nearest_rows(w, gran, _codec(dtype), op, 1, elements=3 * 64)
+    spans_rows = gran.kind == "tensor" or (gran.kind == "axis" and op == "MatMul")
+    assert (pieces is None) == spans_rows
+    if pieces is None:
+        return
+    layout = Layout.of(op, shape, 1)
+    expected = layout.view(whole.values)
+    got = list(pieces)
+    assert len(got) > 1 and got[-1][1] == expected.shape[1]
+    for start, stop, values in got:
+        np.testing.assert_array_equal(values, expected[:, start:stop])

@@ -428,9 +428,17 @@ def _output_db(x, applied: np.ndarray, choice: Choice, settings: Settings, layer
     h = layer.sums
     w = layout.view(x).astype(np.float64)
     signal = _output_error(w, h)
-    nearest = rounding.round_weight(x, choice.granularity, codec_for(choice, settings), "rtn").values
-    return {name: Stats(signal=signal, noise=_output_error(layout.view(values) - w, h)).sqnr_db
-            for name, values in (("rtn", nearest), (settings.rounding, applied))}
+    codec = codec_for(choice, settings)
+    # round to nearest a slice of rows at a time where its groups allow (its arrays are as large as the weight)
+    pieces = rounding.nearest_rows(x, choice.granularity, codec, layer.op, layer.group)
+    if pieces is None:
+        nearest = layout.view(rounding.round_weight(x, choice.granularity, codec, "rtn").values) - w
+        rtn = _output_error(nearest, h)
+        del nearest
+    else:
+        rtn = sum(_output_error(values - w[:, start:stop], h) for start, stop, values in pieces)
+    return {"rtn": Stats(signal=signal, noise=rtn).sqnr_db,
+            settings.rounding: Stats(signal=signal, noise=_output_error(layout.view(applied) - w, h)).sqnr_db}
 
 
 OUTPUT_ERROR_ROWS = 1 << 22  # matrix elements per product at most (its [G, R, K] float64 product: 32 MB)

@@ -110,6 +110,34 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
     return Rounded(layout.unview(codes), scale, zero, layout.unview(values), codec.global_scale, channel_scales)
 
 
+def nearest_rows(tensor: np.ndarray, gran: Granularity, codec: Codec, op: str, group: int = 1,
+                 elements: int = 1 << 22):
+    """Round to nearest as `round_weight(..., "rtn")` does, on the layer's matrices ``rows`` at a time (about
+    ``elements`` values a slice): an iterator of (start, stop, the values of rows start:stop [G, n, K], float64),
+    the same values as the whole weight's. None where a quantization group spans rows (per tensor, or per input
+    channel): only the whole weight chooses those. What it holds at once is the slice's, not the weight's."""
+    x = np.asarray(tensor)
+    layout = Layout.of(op, x.shape, group)
+    groups = Groups.of_granularity(layout, gran, runs=True)
+    of = groups.of
+    if groups.starts is None and not (gran.kind == "axis" and np.array_equal(of, np.broadcast_to(of[:, :, :1],
+                                                                                                   of.shape))):
+        return None
+    codec.prepare(x)
+    step = max(1, elements // max(1, of.shape[0] * of.shape[2]))
+
+    def slices():
+        for start in range(0, of.shape[1], step):
+            stop = min(of.shape[1], start + step)
+            matrices = layout.view(x)[:, start:stop].astype(np.float64)
+            params = Parameters(Groups(of[:, start:stop], groups.count, groups.starts), codec)
+            params.choose_all(matrices)
+            codes, _ = codec.round(matrices, *params.per_element())
+            yield start, stop, codec.values(codes, *params.per_element())
+
+    return slices()
+
+
 def _plain_layout(shape) -> Layout:
     return Layout(tuple(shape), np.arange(int(np.prod(shape)), dtype=np.int64).reshape(1, 1, -1))
 

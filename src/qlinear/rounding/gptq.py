@@ -34,11 +34,18 @@ def inverse_cholesky(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
     h[:, dead] = 0.0
     h[dead, dead] = 1.0
     mean = float(np.mean(np.diag(h)))
+    diagonal = np.diag_indices(len(h))
     for attempt in range(6):
-        dampened = h + np.eye(len(h)) * (damp * 10.0 ** attempt) * mean
+        # in place where the arithmetic allows (an 8192-input layer's Hessian is 512 MB a copy): the same bits as
+        # h + I * d and (inverse + inverse.T) / 2
+        dampened = h.copy()
+        dampened[diagonal] += (damp * 10.0 ** attempt) * mean
         try:
             inverse = np.linalg.inv(dampened)  # a Hessian that is not positive definite fails the factor below
-            return np.linalg.cholesky((inverse + inverse.T) / 2.0).T
+            del dampened
+            np.add(inverse, inverse.T, out=inverse)  # numpy buffers the overlapping transpose
+            inverse *= 0.5
+            return np.linalg.cholesky(inverse).T
         except np.linalg.LinAlgError:
             continue
     raise np.linalg.LinAlgError("gptq: the Hessian is not positive definite even with 10^5 times the damping")
@@ -63,7 +70,8 @@ def gptq(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Code
         key = (id(hessians), g, damp, act_order)
         u = factors.get(key) if factors is not None else None
         if u is None:
-            u = inverse_cholesky(hessians[g][np.ix_(order, order)], damp)
+            whole = not act_order and hessians.shape[-1] == columns  # no reordered copy of a 512 MB Hessian
+            u = inverse_cholesky(hessians[g] if whole else hessians[g][np.ix_(order, order)], damp)
             if factors is not None:
                 factors[key] = u
         starts = groups.starts[g] if groups.starts is not None and not act_order else None
