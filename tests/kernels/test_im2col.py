@@ -137,7 +137,16 @@ def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, mon
         assert launch.alt.kind == "direct_gemm"
         for _ in range(2 * (ig.threads.FasterOf.SKIPPED + ig.threads.FasterOf.TRIALS) + 1):  # both, then the choice
             np.testing.assert_array_equal(launch.run(x), want)
-        assert launch.alt_choice.choice in (0, 1)
+        assert launch.alt_choices[ig.threads.get_num_threads()].choice in (0, 1)
+        before = ig.threads.get_num_threads()
+        other = 1 if before > 1 else min(2, ig.threads._max_threads())
+        if other != before:  # decided per thread count: the other count measures its own
+            ig.threads.set_num_threads(other)
+            try:
+                np.testing.assert_array_equal(launch.run(x), want)
+            finally:
+                ig.threads.set_num_threads(before)
+            assert set(launch.alt_choices) == {before, other} and launch.alt_choices[other].choice is None
     monkeypatch.setattr(im2col, "_DIRECT", True)
     forced = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
     assert (forced.kind == "direct_gemm") == eligible and forced.alt is None

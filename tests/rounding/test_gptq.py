@@ -307,21 +307,20 @@ def test_nvfp4_block_scales_are_chosen_before_the_rounding_and_mxfp4_as_it_reach
         assert same == (dtype == "nvfp4"), dtype
 
 
-@pytest.mark.parametrize("dtype", ["int4", "nvfp4", "mxfp4"])
-@pytest.mark.parametrize("op, shape, gran", [
-    ("Gemm.T", (24, 64), Granularity("block", (24, 64), 1, 16)),  # blocks along the input features
-    ("MatMul", (64, 24), Granularity("block", (64, 24), 0, 16)),  # MatMul B [K, N]: blocks along K
-    ("Conv", (12, 8, 3, 3), Granularity("axis", (12, 8, 3, 3), 0)),  # per output channel
-    ("MatMul", (64, 24), Granularity("axis", (64, 24), 0)),  # per input feature: a group spans every row
-    ("Gemm.T", (24, 64), Granularity("tensor", (24, 64))),
-])
+_BLOCKED = [("Gemm.T", (24, 64), Granularity("block", (24, 64), 1, 16)),  # blocks along the input features
+            ("MatMul", (64, 24), Granularity("block", (64, 24), 0, 16))]  # MatMul B [K, N]: blocks along K
+_OTHERS = [("Conv", (12, 8, 3, 3), Granularity("axis", (12, 8, 3, 3), 0)),  # per output channel
+           ("MatMul", (64, 24), Granularity("axis", (64, 24), 0)),  # per input feature: a group spans every row
+           ("Gemm.T", (24, 64), Granularity("tensor", (24, 64)))]
+
+
+@pytest.mark.parametrize("dtype, op, shape, gran", [(d, *case) for d in ("int4", "nvfp4", "mxfp4") for case in _BLOCKED]
+                         + [("int4", *case) for case in _OTHERS])  # the microscaling formats are blocked
 def test_round_to_nearest_a_slice_of_rows_at_a_time_is_the_whole_weights(dtype, op, shape, gran):
     """`nearest_rows` (the report's round to nearest on large layers) gives round_weight's rtn values to the bit,
     a few rows a slice; where a group spans rows it declines."""
     from qlinear.rounding import nearest_rows
 
-    if dtype in mx_reference.FORMATS and gran.kind != "block":
-        pytest.skip("the microscaling formats are blocked")
     w = np.random.default_rng(SEED + 9).normal(0, 1, shape).astype(np.float32)
     whole = round_weight(w, gran, _codec(dtype), "rtn")
     pieces = nearest_rows(w, gran, _codec(dtype), op, 1, elements=3 * 64)

@@ -973,7 +973,9 @@ class _WeightPlan:
         self.thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of this shape's calls
         self.split_serial: dict = {}  # thread count -> whether the phase split runs on one thread (ConvLaunch)
         self.direct_thread_choices: dict = {}  # the same for the direct path's launches
-        self.direct_choice = ig.threads.FasterOf()  # packed panels or the direct path (ConvLaunch.run)
+        # thread count -> threads.FasterOf of packed panels and the direct path (ConvLaunch.run): which is faster
+        # may differ with the threads (the direct path's GEMM waits for the whole input to be interleaved)
+        self.direct_choices: dict = {}
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1146,7 +1148,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
         # whether reading the input in place beats packing its panels depends on the layer and the CPU (3x3
         # 64 @56, 1 thread: 584 -> 427 us; 3x3 512/2 @14: 487 -> 545 us, its K steps scattered over 128
         # channel groups): the first calls time both (threads.FasterOf, per layer shape)
-        launch.alt, launch.alt_choice = alt, weight_plan.direct_choice
+        launch.alt, launch.alt_choices = alt, weight_plan.direct_choices
     if plan.phase:
         img_stride, chan_stride = plan.phase_img, cg * plan.chan
     elif plan.poly:
@@ -1229,7 +1231,7 @@ class ConvLaunch:
     args = ()
     flip = zau = 0
     alt = None  # the direct path's launch for the same call, when it may run (see prepare)
-    alt_choice = None  # threads.FasterOf of this launch and alt, shared by the layer shape's launches
+    alt_choices = None  # thread count -> threads.FasterOf of this launch and alt, shared by the shape's launches
 
     def __init__(self, packed, weight_plan, rq, za, bias, geometry, may_overflow):
         self.packed, self.plan, self.rq, self.za, self.bias = packed, weight_plan.plan, rq, za, bias
@@ -1242,7 +1244,10 @@ class ConvLaunch:
                                     and self.packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
             return self._exact(x)
         if self.alt is not None:
-            return self.alt_choice.call(lambda: self._threads(x), lambda: self.alt._threads(x))
+            choice = self.alt_choices.get(ig.threads.get_num_threads())
+            if choice is None:
+                choice = self.alt_choices.setdefault(ig.threads.get_num_threads(), ig.threads.FasterOf())
+            return choice.call(lambda: self._threads(x), lambda: self.alt._threads(x))
         return self._threads(x)
 
     def _threads(self, x) -> np.ndarray:
