@@ -17,3 +17,17 @@ def read_only(a: np.ndarray) -> np.ndarray:
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+CACHE_LINE = 64
+
+
+def aligned_empty(count: int, dtype) -> np.ndarray:
+    """``np.empty(count, dtype)`` starting on a cache line. NumPy aligns its data to 16 bytes only, and the
+    kernels read their scratch in 64-byte vectors: the direct convolution's interleaved input took 8% longer on
+    one thread and 9% on two at 16, 32 or 48 bytes past a line than on one (3x3 128/2 @56, Emerald Rapids; which
+    one a call got changed from allocation to allocation)."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(count * dtype.itemsize + CACHE_LINE, np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start:start + count * dtype.itemsize].view(dtype)

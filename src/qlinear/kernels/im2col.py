@@ -30,7 +30,7 @@ import numpy as np
 from qlinear.kernels import _fallback
 from qlinear.kernels import integer_gemm as ig
 from qlinear.kernels import weight_packing
-from qlinear.kernels._arguments import read_only
+from qlinear.kernels._arguments import aligned_empty, read_only
 
 if ig.HAVE_NUMBA:
     from numba import njit, prange
@@ -1277,7 +1277,7 @@ class ConvLaunch:
             return out
         if kind == "direct_gemm":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # the region's first tasks pad it
-            xq = np.empty(self.direct_size, np.int32)
+            xq = aligned_empty(self.direct_size, np.int32)
             n_workers = 1 if serial else workers
             for head, rest in self.args:
                 ig.call_parallel(self.kernel, *head, n_workers, xc, xq, *rest, out32, out8, serial=serial)
