@@ -35,14 +35,13 @@ def inverse_cholesky(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
     h[dead, dead] = 1.0
     mean = float(np.mean(np.diag(h)))
     diagonal = np.diag_indices(len(h))
+    undamped = h[diagonal].copy()
     for attempt in range(6):
         # in place where the arithmetic allows (an 8192-input layer's Hessian is 512 MB a copy): the same bits as
-        # h + I * d and (inverse + inverse.T) / 2
-        dampened = h.copy()
-        dampened[diagonal] += (damp * 10.0 ** attempt) * mean
+        # h + I * d and (inverse + inverse.T) / 2; h's own diagonal is restored for a stronger damping
+        h[diagonal] = undamped + (damp * 10.0 ** attempt) * mean
         try:
-            inverse = np.linalg.inv(dampened)  # a Hessian that is not positive definite fails the factor below
-            del dampened
+            inverse = np.linalg.inv(h)  # a Hessian that is not positive definite fails the factor below
             np.add(inverse, inverse.T, out=inverse)  # numpy buffers the overlapping transpose
             inverse *= 0.5
             return np.linalg.cholesky(inverse).T
@@ -66,7 +65,6 @@ def gptq(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Code
         raise ValueError("gptq: act_order needs every group's parameters chosen first")
     for g in range(count):
         order = np.argsort(-np.diag(hessians[g]), kind="stable") if act_order else np.arange(columns)
-        w = np.array(matrices[g][:, order], np.float64)
         key = (id(hessians), g, damp, act_order)
         u = factors.get(key) if factors is not None else None
         if u is None:
@@ -74,6 +72,8 @@ def gptq(matrices: np.ndarray, hessians: np.ndarray, groups: Groups, codec: Code
             u = inverse_cholesky(hessians[g] if whole else hessians[g][np.ix_(order, order)], damp)
             if factors is not None:
                 factors[key] = u
+        # the working copy after the factor, whose inversion is the largest moment of the rounding
+        w = np.asarray(matrices[g][:, order], np.float64) if act_order else np.array(matrices[g], np.float64)
         starts = groups.starts[g] if groups.starts is not None and not act_order else None
         for first, last in _batches(columns, starts, batch):
             block = w[:, first:last].copy()
