@@ -129,7 +129,7 @@ def nearest_rows(tensor: np.ndarray, gran: Granularity, codec: Codec, op: str, g
     def slices():
         for start in range(0, of.shape[1], step):
             stop = min(of.shape[1], start + step)
-            matrices = layout.view(x)[:, start:stop].astype(np.float64)
+            matrices = x.reshape(-1)[layout.index[:, start:stop]].astype(np.float64)  # the slice alone
             params = Parameters(Groups(of[:, start:stop], groups.count, groups.starts), codec)
             params.choose_all(matrices)
             codes, _ = codec.round(matrices, *params.per_element())
