@@ -407,6 +407,7 @@ def _gate_graph(gate_shape, readers: int = 1) -> onnx.ModelProto:
 @pytest.mark.parametrize("gate_shape, readers, tiled", [
     ([2, 4, 1, 1], 1, True),
     (["N", 4, 1, 1], 1, True),  # an unknown batch: the gate's and x's are the same sample's
+    ([-1, 4, 1, 1], 1, True),  # Paddle's way of writing an unknown batch
     ([2, 1, 1, 1], 1, False),  # one value for every channel: it would still broadcast
     ([1, 4, 1, 1], 1, False),  # one gate for the whole batch
     ([2, 4, 3, 5], 1, False),  # nothing to tile
@@ -424,7 +425,7 @@ def test_which_gates_are_tiled(gate_shape, readers, tiled):
     assert done == ([("gate_mul", "gd")] if tiled else [])
     onnx.checker.check_model(model, full_check=True)
     rng = np.random.default_rng(1)
-    shape = [2 if d == "N" else d for d in gate_shape]
+    shape = [2 if d in ("N", -1) else d for d in gate_shape]
     feeds = {"x": rng.normal(0, 2, (2, 4, 3, 5)).astype(np.float32), "g": rng.uniform(0, 1, shape).astype(np.float32)}
     for got, want in zip(ReferenceEvaluator(model).run(None, feeds), ReferenceEvaluator(before).run(None, feeds)):
         np.testing.assert_array_equal(got, want)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..formats.onnx_constants import producers_of, readers_of
 
+
 def rewrite(model) -> list[tuple[str, str]]:
     """Tile the gate of every fitting ``Mul`` of the main graph in place (module docstring); returns, in graph
     order, each Mul node's name (its output, for an unnamed node) and the tiled gate (its DequantizeLinear's
@@ -78,7 +79,9 @@ def _shapes(onnx, model) -> dict[str, list]:
     for value in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         tensor = value.type.tensor_type
         if tensor.HasField("shape"):
-            found[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+            # Paddle writes an unknown batch as -1: unknown too
+            found[value.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                                 for d in tensor.shape.dim]
     return found
 
 
