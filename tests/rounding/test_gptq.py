@@ -334,3 +334,35 @@ def test_round_to_nearest_a_slice_of_rows_at_a_time_is_the_whole_weights(dtype, 
     assert len(got) > 1 and got[-1][1] == expected.shape[1]
     for start, stop, values in got:
         np.testing.assert_array_equal(values, expected[:, start:stop])
+
+
+@pytest.mark.parametrize("kind", ["block", "tensor"])
+def test_the_reports_output_sqnr_summed_over_slices_of_rows_is_the_whole_layers(kind, monkeypatch):
+    """`weight_rounding._output_db` sums tr(E H Eᵀ) over slices of the rows (a few rows a slice here): the same
+    figures as one einsum over the whole layer, for round to nearest (by slices where the groups allow, per
+    tensor at once) and for the weight the method applied."""
+    from types import SimpleNamespace
+
+    from qlinear.io import weight_rounding
+    from qlinear.io.plan import Stats
+
+    rng = np.random.default_rng(SEED + 11)
+    w = rng.normal(0, 1, (24, 64)).astype(np.float32)  # Gemm.T: [N, K]
+    x = rng.normal(0, 1, (300, 64))
+    h = (x.T @ x)[None]
+    gran = granularity(kind, w.shape, 16)
+    applied = w.astype(np.float64) + rng.normal(0, 0.05, w.shape)
+    choice = SimpleNamespace(granularity=gran, symmetric=False, found=SimpleNamespace(type_name="float32",
+                                                                                     dtype=np.float32))
+    settings = SimpleNamespace(qtype=dtypes.get("int4"), mx=None, scale_rule=None, rounding="gptq")
+    layer = SimpleNamespace(op="Gemm.T", group=1, sums=h)
+    monkeypatch.setattr(weight_rounding, "OUTPUT_ERROR_ROWS", 5 * 64)
+    got = weight_rounding._output_db(w, applied, choice, settings, layer)
+    nearest = round_weight(w, gran, _codec("int4"), "rtn").values
+    matrices = w.astype(np.float64)[None]
+    signal = float(np.einsum("grk,gkl,grl->", matrices, h, matrices))
+    want = {"rtn": Stats(signal=signal, noise=output_error(nearest[None], matrices, h)).sqnr_db,
+            "gptq": Stats(signal=signal, noise=output_error(applied[None], matrices, h)).sqnr_db}
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name] == pytest.approx(want[name], rel=1e-9), name

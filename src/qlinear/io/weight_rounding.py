@@ -421,31 +421,31 @@ def _unscaled(result: rounding.Rounded, layer, x) -> np.ndarray:
 
 def _output_db(x, applied: np.ndarray, choice: Choice, settings: Settings, layer) -> dict:
     """The layer's output SQNR on the calibration data, tr(W H Wᵀ) / tr(E H Eᵀ) in dB, for round-to-nearest
-    and for the method (``applied``: the weight the layer computes with)."""
+    and for the method (``applied``: the weight the layer computes with). Summed over slices of the layer's rows
+    (`OUTPUT_ERROR_ROWS` values a slice), so that no float64 copy of the whole weight is made but the one round to
+    nearest needs where its groups span rows."""
     from ..rounding.codec import Layout
 
     layout = Layout.of(layer.op, x.shape, layer.group)
     h = layer.sums
-    w = layout.view(x).astype(np.float64)
-    signal = _output_error(w, h)
+    flat, used = np.asarray(x).reshape(-1), np.asarray(applied).reshape(-1)
+    groups, rows, columns = layout.index.shape
+    step = max(1, OUTPUT_ERROR_ROWS // max(1, groups * columns))
     codec = codec_for(choice, settings)
-    # round to nearest a slice of rows at a time where its groups allow (its arrays are as large as the weight)
-    pieces = rounding.nearest_rows(x, choice.granularity, codec, layer.op, layer.group)
-    if pieces is None:
-        nearest = layout.view(rounding.round_weight(x, choice.granularity, codec, "rtn").values) - w
-        rtn = _output_error(nearest, h)
-        del nearest
-    else:
-        rtn = sum(_output_error(values - w[:, start:stop], h) for start, stop, values in pieces)
-    return {"rtn": Stats(signal=signal, noise=rtn).sqnr_db,
-            settings.rounding: Stats(signal=signal, noise=_output_error(layout.view(applied) - w, h)).sqnr_db}
+    pieces = rounding.nearest_rows(x, choice.granularity, codec, layer.op, layer.group, OUTPUT_ERROR_ROWS)
+    if pieces is None:  # a group spans rows: the whole weight rounded at once
+        whole = rounding.round_weight(x, choice.granularity, codec, "rtn").values.reshape(-1)
+        pieces = ((start, min(rows, start + step), whole[layout.index[:, start:start + step]])
+                  for start in range(0, rows, step))
+    signal = nearest = method = 0.0
+    for start, stop, values in pieces:
+        index = layout.index[:, start:stop]
+        w = flat[index].astype(np.float64)
+        signal += output_error(w, h)
+        nearest += output_error(values - w, h)
+        method += output_error(used[index] - w, h)
+    return {"rtn": Stats(signal=signal, noise=nearest).sqnr_db,
+            settings.rounding: Stats(signal=signal, noise=method).sqnr_db}
 
 
-OUTPUT_ERROR_ROWS = 1 << 22  # matrix elements per product at most (its [G, R, K] float64 product: 32 MB)
-
-
-def _output_error(error: np.ndarray, h: np.ndarray) -> float:
-    """`output_error` summed over slices of the rows, so that its product is not as large as the weight."""
-    step = max(1, OUTPUT_ERROR_ROWS // max(1, error.shape[0] * error.shape[2]))
-    return float(sum(output_error(error[:, r:r + step], h) for r in range(0, error.shape[1], step)))
-
+OUTPUT_ERROR_ROWS = 1 << 22  # layer matrix values per slice (a [G, R, K] float64 product of 32 MB)
