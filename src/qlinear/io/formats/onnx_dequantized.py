@@ -16,10 +16,10 @@ import numpy as np
 
 from ...ops.quantize_linear import dequantize_linear
 from .onnx_constants import attributes, prune_unused, stored_constants, subgraphs
+from .onnx_model import ExternalData
 
 
 EXTERNAL_MIN = 1024  # bytes: smaller tensors stay in the copy (onnx's own threshold for external data)
-ALIGN = 4096  # each tensor's offset in the data file, as onnx aligns them for memory mapping
 
 
 def folded(model, folder=None, data=None):
@@ -37,25 +37,11 @@ def folded(model, folder=None, data=None):
             sink.close()
 
 
-def _external(tensor, sink, location: str) -> None:
-    """Move ``tensor``'s raw bytes to the end of ``sink`` (aligned), leaving the reference in their place."""
-    from onnx import TensorProto
-
-    offset = -(-sink.tell() // ALIGN) * ALIGN
-    sink.seek(offset)
-    sink.write(tensor.raw_data)
-    length = len(tensor.raw_data)
-    tensor.ClearField("raw_data")
-    tensor.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-
-
 def _folded(model, folder, sink, data):
     from onnx import helper, numpy_helper
 
     location = data.name if data is not None else ""
+    external = ExternalData(sink, location) if sink is not None else None
 
     def read(tensor):  # a stored constant, or a folded tensor this wrote (NVFP4's block scales, folded first)
         ours = sink is not None and any(e.key == "location" and e.value == location for e in tensor.external_data)
@@ -82,8 +68,10 @@ def _folded(model, folder, sink, data):
                 value = np.asarray(dequantize_linear(*arrays, opset=opset, **given))
                 tensor = numpy_helper.from_array(value, node.output[0])
                 del value, arrays
-                if sink is not None and len(tensor.raw_data) >= EXTERNAL_MIN:
-                    _external(tensor, sink, location)
+                if external is not None and len(tensor.raw_data) >= EXTERNAL_MIN:
+                    start = external.begin()
+                    external.write(np.frombuffer(tensor.raw_data, np.uint8))
+                    external.point(tensor, start)
                 known[node.output[0]] = tensor
                 graph.initializer.append(tensor)
                 continue
