@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.onnx_constants import producers_of, readers_of
+from ..formats.onnx_model import _all_names, _unique
+from .graph import GraphView
 
 
 def rewrite(model) -> list[tuple[str, str]]:
@@ -25,37 +26,30 @@ def rewrite(model) -> list[tuple[str, str]]:
     output, which now holds the repeated values). A gate fits when shape inference gives its
     codes rank >= 3 with every axis after the second of size 1, x the same rank with some such axis known to be
     larger (or unknown), and the gate's DequantizeLinear is read by this Mul alone."""
-    import onnx
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    shapes = _shapes(onnx, model)
-    producers, readers = producers_of(graph), readers_of(graph)
-    outputs = {o.name for o in graph.output}
-    taken = {name for node in graph.node for name in list(node.input) + list(node.output)}
-    taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    view = GraphView(model)
+    taken = _all_names(model)
     done, inserts, constants = [], {}, {}
     for node in graph.node:
-        fit = _fits(node, producers, readers, shapes, outputs)
+        fit = _fits(node, view)
         if fit is None:
             continue
         gate_dq, x_codes, rank = fit
-        stem = _unique(f"{gate_dq.input[0]}_tiled", taken)
-        spatial, repeats, tiled = f"{stem}_spatial", f"{stem}_repeats", stem
-        shape = f"{stem}_shape"
-        taken |= {spatial, repeats, shape}
+        tiled = _unique(f"{gate_dq.input[0]}_tiled", taken)
+        shape, spatial, repeats = (_unique(f"{tiled}_{what}", taken) for what in ("shape", "spatial", "repeats"))
         if rank not in constants:
             names = [_unique(f"qlinear_tile_{what}_{rank}", taken) for what in ("ones", "start", "end")]
-            taken |= set(names)
             values = (np.ones(2, np.int64), np.array([2], np.int64), np.array([rank], np.int64))
             graph.initializer.extend(numpy_helper.from_array(v, n) for v, n in zip(values, names))
             constants[rank] = names
         ones, start, end = constants[rank]
         inserts[id(gate_dq)] = [
-            helper.make_node("Shape", [x_codes], [shape], name=f"{stem}_Shape"),
-            helper.make_node("Slice", [shape, start, end], [spatial], name=f"{stem}_Slice"),
-            helper.make_node("Concat", [ones, spatial], [repeats], name=f"{stem}_Concat", axis=0),
-            helper.make_node("Tile", [gate_dq.input[0], repeats], [tiled], name=f"{stem}_Tile"),
+            helper.make_node("Shape", [x_codes], [shape], name=f"{tiled}_Shape"),
+            helper.make_node("Slice", [shape, start, end], [spatial], name=f"{tiled}_Slice"),
+            helper.make_node("Concat", [ones, spatial], [repeats], name=f"{tiled}_Concat", axis=0),
+            helper.make_node("Tile", [gate_dq.input[0], repeats], [tiled], name=f"{tiled}_Tile"),
         ]
         gate_dq.input[0] = tiled
         done.append((node.name or node.output[0], gate_dq.output[0]))
@@ -69,49 +63,24 @@ def rewrite(model) -> list[tuple[str, str]]:
     return done
 
 
-def _shapes(onnx, model) -> dict[str, list]:
-    """name -> its dims by onnx's shape inference (an int, or None where unknown)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 (onnx raises several types; without shapes nothing is rewritten)
-        return {}
-    found = {}
-    for value in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        tensor = value.type.tensor_type
-        if tensor.HasField("shape"):
-            # Paddle writes an unknown batch as -1: unknown too
-            found[value.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                                 for d in tensor.shape.dim]
-    return found
-
-
-def _fits(node, producers: dict, readers: dict, shapes: dict, outputs: set):
+def _fits(node, view: GraphView):
     """(the gate's DequantizeLinear, x's codes, the rank) where ``node`` is a Mul of a tileable gate; else None."""
     if node.op_type != "Mul" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
         return None
-    dequantized = [producers.get(name) for name in node.input]
+    dequantized = [view.producers.get(name) for name in node.input]
     if any(d is None or d.op_type != "DequantizeLinear" for d in dequantized):
         return None
     codes = [d.input[0] for d in dequantized]
-    if any(producers.get(c) is None or producers[c].op_type != "QuantizeLinear" for c in codes):
+    if any(view.producers.get(c) is None or view.producers[c].op_type != "QuantizeLinear" for c in codes):
         return None
     for gate in (0, 1):
-        g, x = shapes.get(codes[gate]), shapes.get(codes[1 - gate])
+        g, x = view.shapes.get(codes[gate]), view.shapes.get(codes[1 - gate])
         if not g or not x or len(g) != len(x) or len(g) < 3 or any(d != 1 for d in g[2:]):
             continue
         if all(d == 1 for d in x[2:]) or any(a is not None and b is not None and a != b for a, b in zip(g[:2], x[:2])):
             continue  # nothing to tile, or the gate broadcasts over the batch or the channels too
         gate_dq = dequantized[gate]
-        if len(readers.get(gate_dq.output[0], ())) != 1 or gate_dq.output[0] in outputs:
+        if len(view.readers.get(gate_dq.output[0], ())) != 1 or gate_dq.output[0] in view.outputs:
             continue
         return gate_dq, codes[1 - gate], len(g)
     return None
-
-
-def _unique(name: str, taken: set) -> str:
-    if name not in taken:
-        return name
-    i = 1
-    while f"{name}_{i}" in taken:
-        i += 1
-    return f"{name}_{i}"

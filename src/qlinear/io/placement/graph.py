@@ -63,7 +63,8 @@ class GraphView:
         self.shapes = {}
         for v in infos:
             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
-                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                # (Paddle writes an unknown dimension as -1: unknown too)
+                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                                             for d in v.type.tensor_type.shape.dim)
         self.constant = constant_names(graph)
         self.outputs = {o.name for o in graph.output}
