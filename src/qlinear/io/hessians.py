@@ -147,6 +147,10 @@ class Layer:
             self._multiply(self.pending[:, :self.pending_rows])
         self.pending_rows = 0
 
+    def forget(self) -> None:
+        """Drop what was collected (the Hessian, the magnitudes, the ranges): its weight is rounded."""
+        self.sums = self.magnitudes = self.lows = self.highs = None
+
     def release(self) -> None:
         self.flush()
         self.pending = None

@@ -475,9 +475,9 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
     if static_plan is None and settings.weight_data:
         weights_skipped = ("--no-bias-correction" if settings.bias_correction is False
                            else None if settings.bias_correction else bias_correction.weights_only_default(settings))
-    if static_plan is None and settings.weight_data and weights_skipped is None:
-        weights_reference = import_onnx().ModelProto()
-        weights_reference.CopyFrom(model.model)
+        if weights_skipped is None:
+            weights_reference = import_onnx().ModelProto()
+            weights_reference.CopyFrom(model.model)
     data_path = output.with_name(output.name + ".data")
     outputs = [data_path, output] if model.external else [output]
     rows = []

@@ -137,6 +137,12 @@ class Found:
         """Inside an If/Loop/Scan body: its location names the scope first ("If 'x' then_branch: ...")."""
         return ": " in self.location
 
+    @property
+    def scope(self) -> str:
+        """The If/Loop/Scan body it lives in, as its location names it ("If 'x' then_branch"); "" in the main
+        graph."""
+        return self.location.split(": ", 1)[0] if self.in_subgraph else ""
+
 
 # ----------------------------------------------------------------------------------------------------
 # Select

@@ -206,8 +206,8 @@ class Rounding:
             if isinstance(parts, list) and method == "awq":
                 if any(layer.recurrent for layer, _ in parts):
                     parts = "awq divides a layer's input by its channel scales; a recurrent state has none to divide"
-                elif len(parts) > 1 or choice.found.uses[0].through or _scope(choice.found.uses[0].node) != (
-                        choice.found.location.split(": ", 1)[0] if choice.found.in_subgraph else ""):
+                elif (len(parts) > 1 or choice.found.uses[0].through
+                      or _scope(choice.found.uses[0].node) != choice.found.scope):
                     parts = ("awq divides a layer's input by its channel scales: one layer reading it directly, in "
                              "the weight's own graph")
             if isinstance(parts, str):
@@ -277,13 +277,12 @@ class Rounding:
                                                                       self.factors, self.activation_levels)
             for layer in group:  # this group's Hessians are done with, unless a weight rounded later sums them
                 if last[owner[id(layer)]] <= index:
-                    layer.sums = layer.magnitudes = layer.lows = layer.highs = None
+                    layer.forget()
             for name in names:
                 if name in self.parts and len(self.parts[name]) > 1:
                     for layer, _ in self.parts[name]:
-                        layer.sums = layer.magnitudes = layer.lows = layer.highs = None
-                    combined = self.layers[name]
-                    combined.sums = combined.magnitudes = combined.lows = combined.highs = None
+                        layer.forget()
+                    self.layers[name].forget()
             self.factors.clear()
         return self.outcomes
 

@@ -1244,9 +1244,10 @@ class ConvLaunch:
                                     and self.packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
             return self._exact(x)
         if self.alt is not None:
-            choice = self.alt_choices.get(ig.threads.get_num_threads())
+            workers = ig.threads.get_num_threads()
+            choice = self.alt_choices.get(workers)
             if choice is None:
-                choice = self.alt_choices.setdefault(ig.threads.get_num_threads(), ig.threads.FasterOf())
+                choice = self.alt_choices.setdefault(workers, ig.threads.FasterOf())
             return choice.call(lambda: self._threads(x), lambda: self.alt._threads(x))
         return self._threads(x)
 

@@ -112,8 +112,8 @@ def round_weight(tensor: np.ndarray, gran: Granularity, codec: Codec, method: st
 
 def nearest_rows(tensor: np.ndarray, gran: Granularity, codec: Codec, op: str, group: int = 1,
                  elements: int = 1 << 22):
-    """Round to nearest as `round_weight(..., "rtn")` does, on the layer's matrices ``rows`` at a time (about
-    ``elements`` values a slice): an iterator of (start, stop, the values of rows start:stop [G, n, K], float64),
+    """Round to nearest as `round_weight(..., "rtn")` does, on the layer's matrices a slice of rows at a time
+    (about ``elements`` values a slice): an iterator of (start, stop, the values of rows start:stop [G, n, K], float64),
     the same values as the whole weight's. None where a quantization group spans rows (per tensor, or per input
     channel): only the whole weight chooses those. What it holds at once is the slice's, not the weight's."""
     x = np.asarray(tensor)
