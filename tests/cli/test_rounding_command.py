@@ -242,18 +242,19 @@ def test_mxfp4_with_gptq_takes_the_even_scale_rule_unless_one_is_given(net, tmp_
     assert "MX scale rule: even" in capsys.readouterr().out
 
 
-def _if_model(path, w, named=True):
-    """y = If(c, then: MatMul(x, w) named "mm", else: Identity(x))."""
+def _if_model(path, w, named=True, outer=False):
+    """y = If(c, then: MatMul(x, w) named "mm", else: Identity(x)); ``outer``: w stored by the main graph, not the
+    branch."""
+    stored = [numpy_helper.from_array(w, "w")]
     branch = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")], "then", [],
-                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
-                               [numpy_helper.from_array(w, "w")])
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)], [] if outer else stored)
     other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
     nodes = [helper.make_node("If", ["c"], ["y"], name="choose" if named else "", then_branch=branch,
                               else_branch=other)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
                                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], stored if outer else [])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
@@ -360,17 +361,7 @@ def test_a_main_graph_weight_read_inside_a_branch(tmp_path, capsys):
     in the weight's own graph, rounds it to nearest and says why (no traceback)."""
     rng = np.random.default_rng(6)
     w = rng.standard_normal((16, 4)).astype(np.float32)
-    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")], "then", [],
-                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
-    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
-                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
-    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="choose", then_branch=then,
-                                                else_branch=other)], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w, "w")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    _if_model(tmp_path / "m.onnx", w, outer=True)
     np.savez(tmp_path / "d.npz", x=(rng.standard_normal((6, 2, 16)) @ rng.standard_normal((16, 16))).astype(np.float32),
              c=np.ones(6, bool))
     for method, expected in (("gptq", "gptq"), ("awq", "rtn")):
