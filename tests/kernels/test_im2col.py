@@ -652,6 +652,7 @@ def test_pad_input_matches_numpy_pad(seed):
                                                             f"{pads=} {flip=} {zau=} {slack=}")
 
 
+@pytest.mark.parametrize("direct", [False, True])
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("case", [
     # (C, M, HW, kernel, stride, group, images): the stride-1 virtual packer, the strided one, the phase split
@@ -660,17 +661,20 @@ def test_pad_input_matches_numpy_pad(seed):
     (64, 256, 14, 3, 2, 1, 1), (32, 64, 12, 3, 1, 1, 2), (3, 16, 30, 7, 2, 1, 1), (16, 96, 20, 3, 1, 2, 3),
     (8, 40, 33, 1, 1, 1, 2),
 ])
-def test_fused_pack_gemm_workers_match_direct_int64(monkeypatch, case, workers):
-    """The convolution's one parallel region (tasks claimed from a shared counter; see _drivers.CONV_TEMPLATE)
-    with 1-3 workers (more workers than threads: a thread runs several in turn), against the direct int64
-    convolution. Repeated, since a missed wait for a panel would show only in some runs."""
+def test_fused_pack_gemm_workers_match_direct_int64(monkeypatch, case, workers, direct):
+    """The convolution's one parallel region (each worker's share of the tasks first, then the others'; see
+    _drivers.CONV_TEMPLATE and, with ``direct`` and weight zero points 0, DIRECT_TEMPLATE where the layer
+    allows it) with 1-3 workers (more workers than threads: a thread runs several in turn), blocks chosen for
+    that many, against the direct int64 convolution. Repeated, since a missed wait for a panel would show only
+    in some runs."""
     c_in, m_total, hw, k, s, group, n_img = case
     rng = np.random.default_rng(sum(case) + workers)
     monkeypatch.setattr(im2col.ig.threads, "get_num_threads", lambda: workers)
+    monkeypatch.setattr(im2col, "_DIRECT", direct)
     for xdt in (U8, I8):
         x = rand(rng, (n_img, c_in, hw, hw), xdt)
         w = rand(rng, (m_total, c_in // group, k, k), I8)
-        zw = rng.integers(-128, 128, m_total).astype(I8)
+        zw = np.zeros(m_total, I8) if direct else rng.integers(-128, 128, m_total).astype(I8)
         bias = rng.integers(-2**20, 2**20, m_total).astype(np.int32)
         za = xdt(rng.integers(*lim(xdt)))
         packed = im2col.prepack_conv(w, zw, group)

@@ -183,3 +183,46 @@ def test_the_last_call_is_reused_for_new_lists_with_the_same_ints(monkeypatch):
     assert len(keys) == 1
     with pytest.raises(TypeError, match="pads must be a sequence of integers"):
         call([1, 1.0, 1, 1])
+
+
+def _against_a_guard_page(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` whose last byte is the last one before a page that may not be read: a kernel that reads
+    past the array's end takes a segmentation fault instead of passing by luck."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    pages = -(-a.nbytes // page) + 1
+    mapping = mmap.mmap(-1, pages * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    whole = np.frombuffer(mapping, np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    guard = ctypes.c_void_p(whole.ctypes.data + (pages - 1) * page)
+    if libc.mprotect(guard, ctypes.c_size_t(page), 0) != 0:  # PROT_NONE
+        pytest.skip(f"mprotect failed (errno {ctypes.get_errno()})")
+    end = (pages - 1) * page
+    out = whole[end - a.nbytes:end].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "PROT_READ"), reason="needs POSIX mmap and mprotect")
+@pytest.mark.parametrize("kernel, strides, width", [(1, 2, 56), (1, 2, 13), (1, 2, 7), (1, 3, 20), (3, 2, 15),
+                                                    (1, 1, 14)])
+def test_an_unpadded_input_is_read_in_place_and_never_past_its_end(kernel, strides, width):
+    """Without padding (uint8, contiguous), the packers read the caller's array itself (ConvLaunch._padded):
+    their vector runs stop at its end. The input ends where a page that may not be read begins; the result is
+    the reference's on every thread count the machine has."""
+    rng = np.random.default_rng(kernel * 100 + strides * 10 + width)
+    w = rng.integers(-64, 64, size=(40, 24, kernel, kernel), dtype=np.int8)
+    packed = qlinear.prepack_conv(w, np.int8(0))
+    x = _against_a_guard_page(rng.integers(0, 256, size=(1, 24, width + 3, width), dtype=np.uint8))
+    expected = conv_accumulate(x, np.uint8(7), w, np.int8(0), None, group=1, strides=(strides, strides),
+                               dilations=(1, 1), pads_begin=(0, 0), pads_end=(0, 0))
+    before = qlinear.get_num_threads()
+    try:
+        for n_threads in sorted({1, min(2, before)}):
+            qlinear.set_num_threads(n_threads)
+            got = qlinear.conv_integer(x, packed, np.uint8(7), np.int8(0), strides=[strides, strides])
+            np.testing.assert_array_equal(got, expected)
+    finally:
+        qlinear.set_num_threads(before)

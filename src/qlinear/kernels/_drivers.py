@@ -167,7 +167,10 @@ def _pack_panel_{name}(P, rowsum, pan, a, xor, a32, xorword, words, rowsum_bytes
 # Tasks are claimed from a shared counter (_atomics), not split into fixed shares: a worker that wakes late (a
 # sleeping vCPU takes 50-150 us) joins wherever the work is, and no barrier separates packing from the GEMM.
 # Measured on 2 threads against packing and GEMM as two regions (medians, us): 3x3 64/1 @56 495 -> 415,
-# 3x3 512 @7 485 -> 416, 1x1 256->64 @56 271 -> 210; 1 thread unchanged.
+# 3x3 512 @7 485 -> 416, 1x1 256->64 @56 271 -> 210; 1 thread unchanged. Where panels are packed first, each
+# worker packs its own contiguous share of them, then runs its share of the GEMM tasks (those that read
+# mostly its panels), then helps with what is left of the others' (a counter per share): 1x1 512->256 @28
+# 2t/1t 0.64 -> 0.55 against one shared counter, the other 1x1 layers within noise.
 CONV_TEMPLATE = '''
 
 @njit(cache=True, inline="always")
@@ -194,19 +197,21 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_{name}(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -214,19 +219,30 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
                     _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_{name}(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_{name}(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 '''
 
 
@@ -234,7 +250,11 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
 # pad (or take the phase split of) the input and interleave it by channels, 4 bytes or 2 int16 halves to a K step
 # (_im2col_packers._interleave_plane); K step (channel group, tap) of a panel's NR virtual columns is then one
 # contiguous run of it, at the offset qtab[s] from the panel's first column, where the table microkernels read
-# it. The GEMM tasks wait for the interleaving alone (a counter), not for packers.
+# it. The GEMM tasks wait for the interleaving alone (a counter), not for packers. Each worker then takes the GEMM
+# tasks of its own contiguous share first (a counter per share, 64 bytes apart), then what is left of the
+# others': measured on 2 threads against one shared counter, 2t/1t 3x3 32->32 @112 0.70 -> 0.55, 3x3 64/1 @56
+# 0.64 -> 0.58, 3x3 128/2 @56 0.66 -> 0.62 (the other ResNet-50 3x3 layers within noise). A share of blocks in
+# N order or in M order measured the same.
 DIRECT_TEMPLATE = '''
 
 
@@ -244,23 +264,31 @@ def conv_direct_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + {mr} - 1) // {mr}
     npn = (n_total + {nr} - 1) // {nr}
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 '''
 
 
@@ -449,19 +477,21 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_avx512vnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -469,19 +499,30 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
                     _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_avx512vnni_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_avx512vnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MKT_avx512vnni_s = make_microkernel(*_config("avx512vnni", False), q_table=True)
 _MKTH_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, half=True), q_table=True)
@@ -541,23 +582,31 @@ def conv_direct_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, 
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + 8 - 1) // 8
     npn = (n_total + 32 - 1) // 32
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
 _MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
@@ -731,19 +780,21 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_avxvnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -751,19 +802,30 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
                     _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_avxvnni_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_avxvnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MKT_avxvnni_s = make_microkernel(*_config("avxvnni", False), q_table=True)
 _MKTH_avxvnni_s = make_microkernel(*_config("avxvnni", False, half=True), q_table=True)
@@ -823,23 +885,31 @@ def conv_direct_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq,
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + 6 - 1) // 6
     npn = (n_total + 16 - 1) // 16
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
 _MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
@@ -1013,19 +1083,21 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_avx512bw_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -1033,19 +1105,30 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
                     _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_avx512bw_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_avx512bw_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MKT_avx512bw_s = make_microkernel(*_config("avx512bw", False), q_table=True)
 _MKTH_avx512bw_s = make_microkernel(*_config("avx512bw", False, half=True), q_table=True)
@@ -1105,23 +1188,31 @@ def conv_direct_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + 8 - 1) // 8
     npn = (n_total + 32 - 1) // 32
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
 _MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
@@ -1295,19 +1386,21 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_avx2ub_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -1315,19 +1408,30 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
                     _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_avx2ub_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_avx2ub_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MKT_avx2ub_s = make_microkernel(*_config("avx2ub", False), q_table=True)
 _MKTH_avx2ub_s = make_microkernel(*_config("avx2ub", False, half=True), q_table=True)
@@ -1387,23 +1491,31 @@ def conv_direct_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, 
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + 4 - 1) // 4
     npn = (n_total + 16 - 1) // 16
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 _MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
@@ -1577,19 +1689,21 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     # weights (what a worker packs, it reads back from its own cache); else the panels are packed first, one
     # task each, and the GEMM blocks wait for theirs
     whole = n_mblocks == 1 or n_nblocks >= 4 * n_workers
-    n_tasks = n_nblocks if whole else npn + n_mblocks * n_nblocks
     Q = np.empty(npn * ksteps * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
-    claim = _zeros(8)  # claim[0]: the next task
+    n_gemm = n_mblocks * n_nblocks
+    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
+    # the next GEMM task of w's share
+    claim = _zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
-                break
-            if whole:
+        if whole:
+            while True:
+                t = fetch_add(claim, 0, 1)
+                if t >= n_nblocks:
+                    break
                 for jp in range(t * nb, min(npn, t * nb + nb)):
                     _pack_panel_avx2_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                        pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
@@ -1597,19 +1711,30 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
                     _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t * n_mblocks + ib, rterm, cterm, u1,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
-                continue
-            if t < npn:
-                _pack_panel_avx2_s(Q, colsum, t, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+            continue
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                _pack_panel_avx2_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
                                    pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, t, 1)
-                continue
-            t -= npn
-            jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
-            _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+                store_release(ready, jp, 1)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                jb = t // n_mblocks
+                for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 _MKT_avx2_s = make_microkernel(*_config("avx2", False), q_table=True)
 _MKTH_avx2_s = make_microkernel(*_config("avx2", False, half=True), q_table=True)
@@ -1669,23 +1794,31 @@ def conv_direct_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
                        qmax, row_off, col_off, out32, out8):
     mp = (m_total + 6 - 1) // 6
     npn = (n_total + 16 - 1) // 16
-    n_tasks = n_fill + ((mp + mb - 1) // mb) * ((npn + nb - 1) // nb)
-    claim = _zeros(8)  # claim[0]: the next task; claim[1]: the planes interleaved so far
+    n_mblocks = (mp + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    n_gemm = n_mblocks * n_nblocks
+    claim = _zeros(8 + 8 * n_workers)  # claim[0]: the next plane; claim[1]: the planes interleaved so far
     for _worker in prange(n_workers):
         scratch = np.empty(geo[17], np.uint8)  # strides (2, 2): a channel group's phase split
         while True:
             t = fetch_add(claim, 0, 1)
-            if t >= n_tasks:
+            if t >= n_fill:
                 break
-            if t < n_fill:  # the first tasks interleave the input's planes; every GEMM block reads them all
-                _interleave_plane(xq, x, t, geo, scratch)
-                fetch_add(claim, 1, 1)
-                continue
-            while load_acquire(claim, 1) < n_fill:
-                pass
-            _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                 t - n_fill, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                 mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            _interleave_plane(xq, x, t, geo, scratch)
+            fetch_add(claim, 1, 1)
+        while load_acquire(claim, 1) < n_fill:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            lo = v * n_gemm // n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = lo + fetch_add(claim, 8 + 8 * v, 1)
+                if t >= hi:
+                    break
+                _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
+                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
+                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
 
 GEMM_DRIVERS = {

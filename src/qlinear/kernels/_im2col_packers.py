@@ -206,9 +206,12 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
                         od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum):
     """Panel pan of the im2col of the padded uint8 input: [ksteps][NR] int32 groups of g bytes of columns
     pan * NR... (column q = (n, od, oh, ow) of all images; K index k = (c, kd, kh, kw) with koff[k] its input
-    offset), its column sums in colsum[pan * NR:]. segs: (3, NR) int64 scratch."""
+    offset), its column sums in colsum[pan * NR:]. segs: (3, NR) int64 scratch. The vector runs read up to
+    NR * sw bytes from a segment's start; a segment whose runs would pass xp's end is packed by the scalar loop,
+    so xp may be the caller's unpadded input itself (ConvLaunch._padded)."""
     for t in range(nr):
         colsum[pan * nr + t] = 0
+    xsize = xp.size
     per_img = od_n * oh_n * ow_n
     q_total = n_img * per_img
     ks = (k + g - 1) // g
@@ -242,12 +245,13 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
             k1 = koff[4 * s + 1]
             k2 = koff[4 * s + 2]
             k3 = koff[4 * s + 3]
+            top = max(k0, k1, k2, k3) + nr * sw
             for sg in range(nseg):
                 src = seg_src[sg]
                 d = dst0 + seg_lane[sg]
                 ln = seg_len[sg]
                 t0 = 0
-                if sw <= 2:
+                if sw <= 2 and src + top <= xsize:
                     # a 32-lane group may run past the segment, even past this K step's lanes: the
                     # lanes it overwrites are written again by later segments and K steps (or are
                     # past the last column, never stored), so only the panel's end limits it. Short
@@ -268,12 +272,13 @@ def _pack_panel_strided(packed, colsum, pan, segs, xp, koff, k, g, nr, n_img, im
         elif s < kfull and g == 2:
             k0 = koff[2 * s]
             k1 = koff[2 * s + 1]
+            top = max(k0, k1) + nr * sw
             for sg in range(nseg):
                 src = seg_src[sg]
                 d = dst0 + seg_lane[sg]
                 ln = seg_len[sg]
                 t0 = 0
-                if sw <= 2:
+                if sw <= 2 and src + top <= xsize:
                     # as for the quads above: a 32-lane group may run past the segment, the panel's end limits it
                     if ln <= 32 and d + 32 <= base + ks * nr and sw == 1:
                         pack_pair32(packed, d, xp, src + k0, src + k1)

@@ -1135,14 +1135,13 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     mr = plan.mr
     cg = packed.group_channels
     m_g = m_total // group
-    mb, nb = ig.block_sizes(m_g, plan.q_total, mr, plan.nr, 0)
     # stride 1 or (2, 2) with taps to replicate (im2col copies each input byte once per tap), weight zero points
     # 0: the GEMM may read the padded, channel-interleaved input in place of im2col panels (_direct_launch). A
     # 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
     direct = (packed.direct_groups(plan.g) if _DIRECT is not False and (plan.virtual or plan.poly)
               and packed.taps > 1 else None)
     if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
-        alt = _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img)
+        alt = _direct_launch(launch, weight_plan, direct, path, bias_full, n_img)
         if _DIRECT is True:
             return alt
         # whether reading the input in place beats packing its panels depends on the layer and the CPU (3x3
@@ -1163,14 +1162,14 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     for gi, pw in enumerate(packed.groups):
         p_w, ks = pw.packed(path)
         rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
-        launch.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (virtual, n_img, img_stride, gi * chan_stride,
+        launch.args.append(((p_w, ks, m_g, plan.q_total), (virtual, n_img, img_stride, gi * chan_stride,
                             pan_per_img, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
     return launch
 
 
-def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) -> ConvLaunch:
+def _direct_launch(launch, weight_plan, direct, path, bias_full, n_img) -> ConvLaunch:
     """The direct path's launch of the call `launch` prepares (_drivers.DIRECT_TEMPLATE, docs/semantics.md C-K4):
     the weights ``direct`` (PackedConv.direct_groups), the offsets of each K step's run in the interleaved input
     (at strides (2, 2) its four phase planes per channel group, C-K3), and what the interleaving tasks need."""
@@ -1215,7 +1214,7 @@ def _direct_launch(launch, weight_plan, direct, path, mb, nb, bias_full, n_img) 
         p_w, ks = pd.packed(path)
         rterm, mult = _row_terms(weight_plan, gi, pw, m_g, mr, k_total, launch.zau, bias_full, rq)
         n_fill = -(-units // per_task) if gi == 0 else 0  # the first group's call interleaves them all
-        alt.args.append(((p_w, ks, m_g, plan.q_total, mb, nb), (n_fill, read_only(geo), read_only(qtab), q_img,
+        alt.args.append(((p_w, ks, m_g, plan.q_total), (n_fill, read_only(geo), read_only(qtab), q_img,
                          plan.pan_per_img, gi * q_group, rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r,
                          read_only(mult), rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi],
                          plan.col_off)))
@@ -1280,8 +1279,9 @@ class ConvLaunch:
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # the region's first tasks pad it
             xq = aligned_empty(self.direct_size, np.int32)
             n_workers = 1 if serial else workers
+            blocks = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers)
             for head, rest in self.args:
-                ig.call_parallel(self.kernel, *head, n_workers, xc, xq, *rest, out32, out8, serial=serial)
+                ig.call_parallel(self.kernel, *head, *blocks, n_workers, xc, xq, *rest, out32, out8, serial=serial)
             return out
         xflat = self._padded(x)
         if kind == "padded":
@@ -1305,8 +1305,10 @@ class ConvLaunch:
                 self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
         n_workers = 1 if serial else workers
         k_total = self.packed.group_channels * self.packed.taps
+        blocks = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers)
         for head, rest in self.args:
-            ig.call_parallel(self.kernel, *head, n_workers, src, plan.koff, k_total, *rest, out32, out8, serial=serial)
+            ig.call_parallel(self.kernel, *head, *blocks, n_workers, src, plan.koff, k_total, *rest, out32, out8,
+                             serial=serial)
         return out
 
     def _padded(self, x):
@@ -1315,12 +1317,13 @@ class ConvLaunch:
         xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
         n_img, c_in = x.shape[:2]
         # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
-        # virtual-column packer bounds its reads itself, so an unpadded uint8 input is used in place
+        # packers bound their reads themselves, so an unpadded uint8 input is used in place (ResNet-50's down
+        # 1x1 256->512/2 @56: the copy took 23 of 380 us, on one thread whatever the call's count)
         if plan.poly:
             xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
             _pad_phases2(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, plan.x3_shape[3],
                          plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
-        elif not plan.padded and not packed.depthwise and plan.virtual and not self.flip and x.flags.c_contiguous:
+        elif not plan.padded and not packed.depthwise and not plan.phase and not self.flip and x.flags.c_contiguous:
             xflat = x.reshape(-1)
         else:
             # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)

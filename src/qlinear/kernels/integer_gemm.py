@@ -49,6 +49,7 @@ Compilation is lazy (nothing compiles at import) and cached on disk (cache=True)
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 
@@ -195,26 +196,33 @@ def conv_direct_driver(path: str):
     return CONV_DIRECT_DRIVERS[path]
 
 
-def block_sizes(m_total: int, n_total: int, mr: int, nr: int, ksteps: int) -> tuple[int, int]:
-    """Panels per task along M and N: blocks that keep operands in L2, split until both threads have work."""
-    n_threads = threads.get_num_threads() if HAVE_NUMBA else 1
+@functools.lru_cache(maxsize=1024)
+def block_sizes(m_total: int, n_total: int, mr: int, nr: int, n_threads: int) -> tuple[int, int]:
+    """Panels per task along M and N for a call on ``n_threads`` threads: blocks that keep operands in L2, split
+    until every thread has several tasks. Chosen per call, not once per kept launch: blocks made for one thread
+    gave 3 tasks to a later 2-thread call of ResNet-50's 3x3 128 @28 (2t/1t 0.77 against 0.66)."""
     mp = -(-m_total // mr)
     npn = -(-n_total // nr)
     mb = max(1, min(mp, 192 // mr))
     nb = max(1, min(npn, 384 // nr))
-    target = 4 * n_threads if n_threads > 1 else 1
-    while (-(-mp // mb)) * (-(-npn // nb)) < target and (mb > 1 or nb > 1):
-        if mb * mr >= nb * nr and mb > 1:
-            mb = -(-mb // 2)
-        elif nb > 1:
-            nb = -(-nb // 2)
+
+    def equal(panels, per_block):
+        # blocks of equal size: one full block of 12 panels next to a remainder block of 1 left a thread idle
+        # (ResNet-50's 1x1 512->2048 @7 batch 8, N = 13 panels: 2 threads 1.44 ms against 1.52 on one)
+        return -(-panels // -(-panels // per_block))
+
+    def uneven(mb, nb):
+        # fewer than 4 tasks a thread, or a last round of tasks that leaves threads idle for more than a tenth
+        # of the work (9 equal tasks on 2 threads: 5 against 4.5; ResNet-50's down 1x1 256->512/2 @56)
+        tasks = (-(-mp // mb)) * (-(-npn // nb))
+        return tasks < 4 * n_threads or -(-tasks // n_threads) * n_threads > 1.1 * tasks
+
+    mb, nb = equal(mp, mb), equal(npn, nb)
+    while n_threads > 1 and uneven(mb, nb) and (mb > 1 or nb > 1):
+        if (mb * mr >= nb * nr and mb > 1) or nb == 1:
+            mb = equal(mp, -(-mb // 2))
         else:
-            mb = -(-mb // 2)
-    # blocks of equal size: numba's prange hands each thread an equal run of tasks, so one full block of 12
-    # panels next to a remainder block of 1 left a thread idle (ResNet-50's 1x1 512->2048 @7 batch 8, N = 13
-    # panels: 2 threads 1.44 ms against 1.52 on one)
-    mb = -(-mp // -(-mp // mb))
-    nb = -(-npn // -(-npn // nb))
+            nb = equal(npn, -(-nb // 2))
     return mb, nb
 
 
@@ -496,7 +504,7 @@ class GemmLaunch:
     type costs the kernel, the output and the activations' views. ``reusable``: whether the int32 accumulator
     provably holds for any ``a`` of the type (else `gemm` checks a's own values and makes a launch per call)."""
 
-    __slots__ = ("m_total", "k", "n_total", "xor", "words", "need_rowsum", "head", "rest", "path", "rq",
+    __slots__ = ("m_total", "k", "n_total", "xor", "words", "need_rowsum", "head", "panels", "rest", "path", "rq",
                  "out_shape", "reusable", "packed")
 
     def __init__(self, a_dtype, m_total: int, k: int, zau: np.ndarray, packed: "PackedWeights", bias, rq: "Requant",
@@ -540,8 +548,8 @@ class GemmLaunch:
                 packed.epilogue_terms.clear()
             packed.epilogue_terms[key] = terms
         cterm, v1, v2, u2, rterm, row_off, col_off = terms
-        mb, nb = block_sizes(m_total, n_total, mr, nr, ks)
-        self.head = (q_w, ks, m_total, n_total, mb, nb)
+        self.head = (q_w, ks, m_total, n_total)
+        self.panels = (mr, nr)
         self.rest = (rterm, cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
                      row_off, col_off)
 
@@ -563,7 +571,9 @@ class GemmLaunch:
         workers = threads.get_num_threads()
 
         def launch(serial: bool) -> np.ndarray:
-            call_parallel(driver, *args, 1 if serial else workers, *self.rest, out32, out8, serial=serial)
+            n_workers = 1 if serial else workers
+            blocks = block_sizes(self.m_total, self.n_total, *self.panels, n_workers)
+            call_parallel(driver, *args, *blocks, n_workers, *self.rest, out32, out8, serial=serial)
             return out
 
         if workers == 1 or _FORCE_SERIAL is not None:
