@@ -18,7 +18,8 @@ from qlinear.kernels._atomics import fetch_add, load_acquire, store_release
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
-from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual
+from qlinear.kernels._im2col_packers import (_interleave_plane, _pack_panel_strided, _pack_panel_virtual,
+                                              _pad_phases2_planes, _pad_planes)
 
 
 @njit(cache=True, inline="always")
@@ -184,8 +185,8 @@ def _pack_panel_{name}(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, img_st
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = {nr}
@@ -201,12 +202,31 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -464,8 +484,8 @@ def _pack_panel_avx512vnni_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, 
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = 32
@@ -481,12 +501,31 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -767,8 +806,8 @@ def _pack_panel_avxvnni_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, img
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = 16
@@ -784,12 +823,31 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, kof
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1070,8 +1128,8 @@ def _pack_panel_avx512bw_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, im
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = 32
@@ -1087,12 +1145,31 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, ko
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1373,8 +1450,8 @@ def _pack_panel_avx2ub_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, img_
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = 16
@@ -1390,12 +1467,31 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1676,8 +1772,8 @@ def _pack_panel_avx2_s(Q, colsum, pan, segs, xp, koff, k, virtual, n_img, img_st
 
 
 @njit(cache=True, parallel=True)
-def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, k, virtual, n_img, img_stride,
-                      chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
+def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img,
+                      img_stride, chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum,
                       rterm, cterm, u1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                       out32, out8):
     nr = 16
@@ -1693,12 +1789,31 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, koff, 
     colsum = np.empty(npn * nr, np.int32)  # zeroed by each panel's packer
     ready = _zeros(npn)
     n_gemm = n_mblocks * n_nblocks
-    # claim[0]: the next task (whole); per worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and
-    # the next GEMM task of w's share
+    # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
+    # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
+    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
+        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
+        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
+        # passes xp ready)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)

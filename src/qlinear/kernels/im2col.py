@@ -35,7 +35,7 @@ from qlinear.kernels._arguments import aligned_empty, read_only
 if ig.HAVE_NUMBA:
     from numba import njit, prange
 
-    from qlinear.kernels._byte_moves import copy32_xor, transpose16, transpose32, zip4x16
+    from qlinear.kernels._byte_moves import transpose16, transpose32, zip4x16
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
                                               depthwise_taps9_pairs)
     from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
@@ -185,8 +185,8 @@ def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
 # ----------------------------------------------------------------------------------------------- numba kernels
 if ig.HAVE_NUMBA:
     from qlinear.kernels._im2col_packers import (_MASKED_BYTES, _colsum_run, _colsum_strided, _fill,  # noqa: F401
-                                                 _pack_panel_strided, _pack_panel_virtual, _pad_phases2, _pair_run,
-                                                 _phase_split, _quad_run, _quad_strided)
+                                                 _pack_panel_strided, _pack_panel_virtual, _pad_input, _pad_phases2,
+                                                 _pair_run, _phase_split, _quad_run, _quad_strided)
 
     @njit(cache=True, parallel=True)
     def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
@@ -705,69 +705,6 @@ if ig.HAVE_NUMBA:
                     job += n_ch
 
 
-    @njit(cache=True, nogil=True)
-    def _pad_rows(x, s0, flip, xp, o0, h, w, wp, right, zau):
-        """_pad_input's element-by-element path for a plane whose vector runs would leave x or xp: h rows of w
-        bytes from x[s0:] to xp[o0:] at pitch wp, each followed by zau up to the next row (the last by its right
-        pad only). A function apart: inlined, its loop made the vector path's rows 2x slower."""
-        for y in range(h):
-            o = o0 + y * wp
-            for i in range(w):
-                xp[o + i] = x[s0 + y * w + i] ^ flip
-            for i in range(w, wp if y + 1 < h else w + right):
-                xp[o + i] = zau
-
-    @njit(cache=True, nogil=True)
-    def _pad_input(x, flip, zau, xp, planes, d, h, w, dp, hp, wp, p0, p1, p2):
-        """x (planes x d x h x w, uint8 bits, ^ flip) into xp (planes x dp x hp x wp) at offset (p0, p1, p2),
-        everything else, the slack past the planes included, set to zau.
-
-        xp is written in address order, each input row as whole 32-byte vectors that may run past the row:
-        the bytes they spill into (the row's right pad, the next rows) are written again after them. An
-        element loop cost ~6 ns per short row (3x3 256/2 @28: 7,168 rows of 28 bytes, 46 us; now 25 us)."""
-        n_x = x.size
-        n_xp = xp.size
-        n_rows = planes * dp * hp * wp
-        if dp == d and hp == h and wp == w:  # no padding: one run
-            dst = xp[:n_rows]
-            src = x[:n_rows]
-            for i in range(n_rows):
-                dst[i] = src[i] ^ flip
-            _fill(xp, n_rows, n_xp, zau)
-            return
-        w_r = (w + 31) // 32 * 32
-        right = wp - p2 - w
-        for pl in range(planes):
-            for z in range(dp):
-                zi = z - p0
-                row0 = (pl * dp + z) * hp * wp
-                if zi < 0 or zi >= d:
-                    _fill(xp, row0, row0 + hp * wp, zau)
-                    continue
-                _fill(xp, row0, row0 + p1 * wp + p2, zau)
-                s0 = (pl * d + zi) * h * w
-                o0 = row0 + p1 * wp + p2
-                # whole vectors when the last row's do not run past x or xp (else element by element)
-                vec = s0 + (h - 1) * w + w_r <= n_x and o0 + (h - 1) * wp + w_r <= n_xp
-                if not vec:
-                    _pad_rows(x, s0, flip, xp, o0, h, w, wp, right, zau)
-                else:
-                    for y in range(h):
-                        o = o0 + y * wp
-                        s = s0 + y * w
-                        for c in range(0, w_r, 32):
-                            copy32_xor(xp, o + c, x, s + c, flip)
-                        # the right pad, then the next row's left pad (or the bottom pad's start): two byte stores
-                        # for the usual pads of 1 (a loop of a varying count costs ~1 ns more a row)
-                        gap = right + (p2 if y + 1 < h else 0)
-                        if gap == 2:
-                            xp[o + w] = zau
-                            xp[o + w + 1] = zau
-                        else:
-                            for i in range(gap):
-                                xp[o + w + i] = zau
-                _fill(xp, row0 + (p1 + h) * wp, row0 + hp * wp, zau)
-        _fill(xp, n_rows, n_xp, zau)
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -1237,6 +1174,7 @@ class ConvLaunch:
         self.geometry, self.may_overflow = geometry, may_overflow
         # shared by every launch of the shape: what the calls measured
         self.thread_choices, self.split_serial = weight_plan.thread_choices, weight_plan.split_serial
+        self.pad_parts: dict = {}  # thread count -> CONV_TEMPLATE's padding arguments (_run)
 
     def run(self, x) -> np.ndarray:
         if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
@@ -1283,7 +1221,28 @@ class ConvLaunch:
             for head, rest in self.args:
                 ig.call_parallel(self.kernel, *head, *blocks, n_workers, xc, xq, *rest, out32, out8, serial=serial)
             return out
-        xflat = self._padded(x)
+        n_workers = 1 if serial else workers
+        pad, xc = _NO_PAD, _EMPTY8
+        if kind == "gemm" and not plan.phase and (plan.poly or not self._in_place(x)):
+            # the GEMM's own tasks pad (or phase-split) the input first, in parts, in the same parallel region
+            # (3x3 256/2 @28: the split took 36 us on one thread before it)
+            xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+            planes = x.shape[0] * x.shape[1]
+            if plan.poly:
+                xflat = np.empty(x.shape[0] * plan.poly_img + _SLACK, np.uint8)
+            else:
+                xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
+            pad = self.pad_parts.get(n_workers)
+            if pad is None:
+                if plan.poly:
+                    shape = (1, *plan.x3_shape[3:], 1, plan.hq, plan.wq, 0, *plan.pb3[1:])
+                else:
+                    shape = (*plan.x3_shape[2:], *plan.xp_shape[2:], *plan.pb3)
+                pad = np.array((self.flip, self.zau, planes, *shape, min(planes, 4 * n_workers) if n_workers > 1
+                                else 1, int(plan.poly)), np.int64)
+                pad = self.pad_parts.setdefault(n_workers, read_only(pad))
+        else:
+            xflat = self._padded(x)
         if kind == "padded":
             ig.call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
             return out
@@ -1303,17 +1262,23 @@ class ConvLaunch:
                              s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
             if not serial and workers not in self.split_serial:
                 self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
-        n_workers = 1 if serial else workers
         k_total = self.packed.group_channels * self.packed.taps
         blocks = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers)
         for head, rest in self.args:
-            ig.call_parallel(self.kernel, *head, *blocks, n_workers, src, plan.koff, k_total, *rest, out32, out8,
-                             serial=serial)
+            ig.call_parallel(self.kernel, *head, *blocks, n_workers, src, xc, pad, plan.koff, k_total, *rest, out32,
+                             out8, serial=serial)
+            pad = _NO_PAD  # the first group's call padded every plane
         return out
+
+    def _in_place(self, x) -> bool:
+        """Whether the packers read x itself: no padding, no int8 flip, C order (they bound their reads)."""
+        plan = self.plan
+        return (not plan.padded and not self.packed.depthwise and not plan.phase and not plan.poly and not self.flip
+                and x.flags.c_contiguous)
 
     def _padded(self, x):
         """x as the kernels read it: padded, phase- or poly-split, int8 flipped to uint8 bits."""
-        plan, packed = self.plan, self.packed
+        plan = self.plan
         xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
         n_img, c_in = x.shape[:2]
         # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
@@ -1323,7 +1288,7 @@ class ConvLaunch:
             xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
             _pad_phases2(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, plan.x3_shape[3],
                          plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
-        elif not plan.padded and not packed.depthwise and not plan.phase and not self.flip and x.flags.c_contiguous:
+        elif self._in_place(x):
             xflat = x.reshape(-1)
         else:
             # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
@@ -1390,3 +1355,4 @@ _FUSE_DW3X3 = True
 _SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
 _EMPTY32 = np.empty(1, np.int32)
 _EMPTY8 = np.empty(1, np.uint8)
+_NO_PAD = read_only(np.zeros(14, np.int64))  # CONV_TEMPLATE's padding in 0 parts: the input comes padded
