@@ -480,8 +480,10 @@ def test_byte_pair_path_matches_int64():
 def test_one_thread_or_all_is_measured_per_shape(monkeypatch, m, k, n):
     """Without _FORCE_SERIAL, each shape (and thread count) runs its first calls on one thread and the next on
     all (threads.SerialOrParallel), then the faster way; every call gives the oracle's bits, and another
-    weight of the same shape (an activation B, packed anew per call) takes the same choice."""
+    weight of the same shape (an activation B, packed anew per call) takes the same choice. One kernel (the
+    AMX tiles, where the CPU has them, keep a choice of their own: test_amx_or_vnni_is_measured_per_shape)."""
     monkeypatch.setattr(ig, "_FORCE_SERIAL", None)
+    monkeypatch.setattr(ig, "_AMX", False)
     monkeypatch.setattr(ig, "THREAD_CHOICES", {})
     monkeypatch.setattr(ig.threads, "launch_cost", lambda: float("inf"))  # no shortcut past the trials
     rng = np.random.default_rng(m + k + n)
@@ -504,3 +506,65 @@ def test_one_thread_or_all_is_measured_per_shape(monkeypatch, m, k, n):
         a2 = rand(rng, (m + 1, k), U8)  # another row count: a choice of its own
         np.testing.assert_array_equal(ig.gemm(a2, za, pw), oracle(a2, za, w, zw))
         assert len(ig.THREAD_CHOICES) == 2
+
+
+needs_amx = pytest.mark.skipif(not ig._amx_available(),
+                               reason="no AMX int8 tiles on this CPU (or Linux refused the tile state)")
+
+
+@needs_amx
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("m, k, n", [(1, 4, 1), (32, 64, 32), (33, 65, 33), (7, 100, 50), (5, 3, 70),
+                                     (100, 300, 200), (70, 1030, 40), (200, 68, 400)])
+def test_amx_tiles_match_int64(monkeypatch, workers, m, k, n):
+    """The AMX path (kernels._amx, forced): row and column tails past whole 32 x 32 blocks, K past whole
+    64-byte tiles, int8 and uint8 on both sides, per-tensor and per-row activation zero points, per-column
+    weight zero points, bias, the int32 sums and both requantizations, 1-3 workers (blocks chosen for that
+    many; more workers than threads run in turn). Repeated, since a missed wait for a copied row group would
+    show only in some runs."""
+    monkeypatch.setattr(ig, "_AMX", True)
+    monkeypatch.setattr(ig.threads, "get_num_threads", lambda: workers)
+    rng = np.random.default_rng(m * 7 + k * 3 + n + workers)
+    for adt in (U8, I8):
+        for wdt in (I8, U8):
+            a, w = rand(rng, (m, k), adt), rand(rng, (k, n), wdt)
+            za = rand(rng, (m,), adt) if adt == I8 else adt(rng.integers(*lim(adt)))
+            zw = rand(rng, (n,), wdt)
+            bias = rng.integers(-2**20, 2**20, n).astype(np.int32)
+            pw = ig.pack_weights(w, zw)
+            expected = oracle(a, za, w, zw, bias)
+            for _ in range(2):
+                np.testing.assert_array_equal(ig.gemm(a, za, pw, bias), expected, err_msg=f"{adt} {wdt}")
+            mult = (rng.random((n,)) * 2e-3).astype(np.float32)
+            for mode in ("float64", "float32"):
+                got = ig.gemm(a, za, pw, bias, (mult, U8(3), U8, mode))
+                np.testing.assert_array_equal(got, requant_oracle(expected, mult, 3, U8, mode), err_msg=mode)
+
+
+@needs_amx
+def test_amx_or_vnni_is_measured_per_shape_and_gives_the_same_bits(monkeypatch):
+    """Unforced, the first calls of a shape alternate between the VNNI and the AMX kernels (threads.FasterOf)
+    and the faster serves the rest; every call has the oracle's bits."""
+    monkeypatch.setattr(ig, "_AMX", None)
+    monkeypatch.setattr(ig, "AMX_CHOICES", {})
+    rng = np.random.default_rng(11)
+    a, w = rand(rng, (96, 200), U8), rand(rng, (200, 72), I8)
+    pw = ig.pack_weights(w, I8(0))
+    expected = oracle(a, 5, w, 0)
+    for _ in range(2 * (ig.threads.FasterOf.SKIPPED + ig.threads.FasterOf.TRIALS) + 3):
+        np.testing.assert_array_equal(ig.gemm(a, U8(5), pw, path="avx512vnni"), expected)
+    (choice,) = ig.AMX_CHOICES.values()
+    assert choice.choice in (0, 1) and all(len(t) >= ig.threads.FasterOf.TRIALS for t in choice.times)
+
+
+def test_qlinear_amx_environment_variable():
+    """QLINEAR_AMX=0 keeps the products off the AMX tiles; a value other than 0 or 1 is refused by name."""
+    import os
+
+    code = "from qlinear.kernels import integer_gemm as ig; print(ig._amx_available())"
+    env = dict(os.environ, QLINEAR_AMX="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    env["QLINEAR_AMX"] = "yes"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "QLINEAR_AMX must be 0 or 1, got 'yes'" in out.stderr

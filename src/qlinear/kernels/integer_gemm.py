@@ -555,36 +555,89 @@ class GemmLaunch:
 
     def run(self, a: np.ndarray) -> np.ndarray:
         """The product of ``a`` (the launch's shape and type) with the launch's weights."""
+        if self.path != "avx512vnni" or _AMX is False or not _amx_available():
+            return self._run(a, False)
+        # AMX tiles or VNNI vectors, measured per shape and thread count (threads.FasterOf): the tiles pay on
+        # long products, a one-row product or a short K may not (the activations are copied into padded rows)
+        key = (self.m_total, self.k, self.n_total, threads.get_num_threads())
+        choice = None if _AMX is True else AMX_CHOICES.get(key)
+        if _AMX is True:
+            return self._run(a, True)
+        if choice is None:
+            if len(AMX_CHOICES) >= 256:
+                AMX_CHOICES.clear()
+            choice = AMX_CHOICES.setdefault(key, threads.FasterOf())
+        return choice.call(lambda: self._run(a, False), lambda: self._run(a, True))
+
+    def _run(self, a: np.ndarray, amx: bool) -> np.ndarray:
         xor = self.xor
         au = np.ascontiguousarray(a.view(np.uint8) if xor else a)
-        words = self.words
-        a32 = au.view(np.int32) if words else _EMPTY_WORDS
-        ub = au ^ np.uint8(xor) if (words and xor and self.need_rowsum) else au
         rq = self.rq
         out = np.empty(self.out_shape, rq.y_dtype)
         flat = out.reshape(-1)
         out32 = flat if rq.mode == 0 else _EMPTY_OUT32
         out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY_OUT8
-        args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words,
-                read_only(ub), self.need_rowsum, *self.head)
-        driver = gemm_driver(self.path)
         workers = threads.get_num_threads()
+        if amx:
+            from qlinear.kernels import _amx
 
-        def launch(serial: bool) -> np.ndarray:
-            n_workers = 1 if serial else workers
-            blocks = block_sizes(self.m_total, self.n_total, *self.panels, n_workers)
-            call_parallel(driver, *args, *blocks, n_workers, *self.rest, out32, out8, serial=serial)
-            return out
+            b, ks16 = _amx_weights(self.packed)
+            head = (read_only(au.reshape(-1)), np.uint8(xor), self.k, self.need_rowsum, b, ks16, self.m_total,
+                    self.n_total)
+
+            def launch(serial: bool) -> np.ndarray:
+                n_workers = 1 if serial else workers
+                blocks = block_sizes(self.m_total, self.n_total, 32, 32, n_workers)
+                call_parallel(_amx.gemm_tiles, *head, *blocks, n_workers, _amx.CONFIG, *self.rest, out32, out8,
+                              serial=serial)
+                return out
+        else:
+            words = self.words
+            a32 = au.view(np.int32) if words else _EMPTY_WORDS
+            ub = au ^ np.uint8(xor) if (words and xor and self.need_rowsum) else au
+            args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words,
+                    read_only(ub), self.need_rowsum, *self.head)
+            driver = gemm_driver(self.path)
+
+            def launch(serial: bool) -> np.ndarray:
+                n_workers = 1 if serial else workers
+                blocks = block_sizes(self.m_total, self.n_total, *self.panels, n_workers)
+                call_parallel(driver, *args, *blocks, n_workers, *self.rest, out32, out8, serial=serial)
+                return out
 
         if workers == 1 or _FORCE_SERIAL is not None:
             return launch(workers == 1 or bool(_FORCE_SERIAL))
         # One thread or all, measured per shape as a convolution layer is (threads.SerialOrParallel): a small
         # product (a classifier head, one token's projection) loses more to waking the workers than it gains. Per
         # shape, not per weight: a product of two activations (attention's) packs a new B on every call.
-        key = (self.path, self.m_total, self.k, self.n_total, workers)
+        key = ("amx" if amx else self.path, self.m_total, self.k, self.n_total, workers)
         choice = THREAD_CHOICES.get(key)
         if choice is None:
             if len(THREAD_CHOICES) >= 256:
                 THREAD_CHOICES.clear()
             choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
         return choice.call(launch)
+
+
+_AMX = None  # tests: True runs every product the AMX path can take on it, False none; None measures per shape
+AMX_CHOICES: dict = {}  # (M, K, N, thread count) -> threads.FasterOf of the VNNI and the AMX kernels
+
+
+@functools.lru_cache(maxsize=1)
+def _amx_available() -> bool:
+    from qlinear.kernels import _amx
+
+    return HAVE_NUMBA and _amx.available()
+
+
+def _amx_weights(packed: "PackedWeights") -> tuple[np.ndarray, int]:
+    """The AMX path's B (kernels._amx): the VNNI panels with their K steps padded to whole 16-step tiles, as bytes."""
+    got = packed._packed.get("amx")
+    if got is None:
+        q, ks = packed.packed("avx512vnni")
+        ks16 = -(-ks // 16) * 16
+        npn = q.size // (ks * 32) if ks else 0
+        b = np.zeros((npn, ks16, 32), np.int32)
+        b[:, :ks] = q.reshape(npn, ks, 32)
+        got = packed._packed.setdefault("amx", (read_only(b.reshape(-1).view(np.uint8)), ks16))
+    return got
