@@ -940,3 +940,37 @@ def test_faster_of_alternates_then_keeps_the_faster_and_measures_again(monkeypat
     for _ in range(2 * counted):
         chooser.call(timed("a"), timed("b"))
     assert chooser.choice == 0
+
+
+@pytest.mark.skipif(not ig._amx_available(), reason="no AMX int8 tiles on this CPU (or Linux refused the tile state)")
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("case", [
+    # (C, M, HW, kernel, stride, group, images): the poly split (3x3/2), the phase split, the 7x7/2 stem, groups,
+    # 1x1 in place, an unpadded strided 1x1, M and K past whole tiles (5 channels x 9 taps, 33 outputs)
+    (64, 256, 14, 3, 2, 1, 1), (32, 64, 12, 3, 1, 1, 2), (3, 16, 30, 7, 2, 1, 1), (16, 96, 20, 3, 1, 2, 3),
+    (8, 40, 33, 1, 1, 1, 2), (256, 64, 14, 1, 2, 1, 1), (5, 33, 9, 3, 1, 1, 1),
+])
+def test_amx_conv_matches_direct_int64(monkeypatch, case, workers):
+    """The packed path's GEMM on AMX tiles (kernels._amx.conv_tiles, forced): int8 and uint8 inputs and
+    weights, per-channel weight zero points, bias, 1-3 workers, against the direct int64 convolution; the same
+    region pads and packs as the VNNI one. Repeated, since a missed wait for a panel would show only in some
+    runs."""
+    c_in, m_total, hw, k, s, group, n_img = case
+    rng = np.random.default_rng(sum(case) + workers)
+    monkeypatch.setattr(im2col.ig.threads, "get_num_threads", lambda: workers)
+    monkeypatch.setattr(im2col, "_AMX", True)
+    monkeypatch.setattr(im2col, "_DIRECT", False)
+    g = geo((s, s), (1, 1), (k // 2, k // 2), (k // 2, k // 2))
+    for xdt in (U8, I8):
+        for wdt in (I8, U8):
+            x = rand(rng, (n_img, c_in, hw, hw), xdt)
+            w = rand(rng, (m_total, c_in // group, k, k), wdt)
+            zw = rand(rng, (m_total,), wdt)
+            bias = rng.integers(-2**20, 2**20, m_total).astype(np.int32)
+            za = xdt(rng.integers(*lim(xdt)))
+            packed = im2col.prepack_conv(w, zw, group)
+            assert im2col.prepare(x.shape, x.dtype, za, packed, bias, g, None).kind == "amx_gemm"
+            expected = direct_conv(x, za, w, zw, bias, group, (s, s), (1, 1), (k // 2, k // 2), (k // 2, k // 2))
+            for _ in range(2):
+                got = im2col.conv(x, za, packed, bias, g, None)
+                np.testing.assert_array_equal(got, expected, err_msg=f"{xdt.__name__} {wdt.__name__}")

@@ -6,7 +6,9 @@ The weights' VNNI panels ([panel][K step][32 columns] int32, `weight_packing.pac
 two 16-column halves at a row stride of 128 bytes. Each call copies the activations into rows padded to whole
 64-byte K tiles (zeros: their products vanish, whatever the padded weights hold) and 32-row groups, the int8 ones
 flipped to unsigned as the VNNI path does, with their row sums where the weights have zero points; the sums then
-go through the VNNI path's epilogue (`_gemm_parts._epilogue`), so both paths give the same bits.
+go through the VNNI path's epilogue (`_gemm_parts._epilogue`), so both paths give the same bits. A convolution
+(`conv_tiles`) keeps the VNNI path's im2col panels of its input as the B operand (unsigned, so ``tdpbsud``) and
+its weights' signed bytes as rows of whole K tiles (`conv_weights`).
 
 Linux lets a process use the tiles' 8 KB of register state only after it asks (``arch_prctl(ARCH_REQ_XCOMP_PERM,
 XFEATURE_XTILEDATA)``); `available` asks once. The intrinsics are module-level names (numba caches the kernels
@@ -30,8 +32,11 @@ from llvmlite import ir  # noqa: E402
 from numba import njit, prange, types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
-from qlinear.kernels._atomics import fetch_add, load_acquire  # noqa: E402
+from qlinear.kernels._atomics import fetch_add, load_acquire, store_release  # noqa: E402
 from qlinear.kernels._gemm_parts import _epilogue  # noqa: E402
+from qlinear.kernels._im2col_packers import (_pack_panel_strided, _pack_panel_virtual,  # noqa: E402
+                                              _pad_phases2_planes, _pad_planes)
+from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
@@ -122,6 +127,12 @@ def _dot4(context, builder, signature, args):
         builder.call(fn, [ir.Constant(_I8, c), ir.Constant(_I8, a), ir.Constant(_I8, b)])
 
 
+def _dot4_su(context, builder, signature, args):
+    fn = _declare(builder, "llvm.x86.tdpbsud", [_I8, _I8, _I8])
+    for c, a, b in ((0, 4, 6), (1, 4, 7), (2, 5, 6), (3, 5, 7)):
+        builder.call(fn, [ir.Constant(_I8, c), ir.Constant(_I8, a), ir.Constant(_I8, b)])
+
+
 @intrinsic
 def configure(typingctx, cfg):
     """ldtilecfg from cfg (64 uint8, `tile_config`): each thread, before its first tile instruction."""
@@ -179,6 +190,12 @@ def dot4(typingctx):
 
 
 @intrinsic
+def dot4_su(typingctx):
+    """As dot4 with signed tiles 4-5 (a convolution's weights) and unsigned 6-7 (its input): tdpbsud."""
+    return types.void(), _dot4_su
+
+
+@intrinsic
 def store_c0(typingctx, c, offset, stride):
     """Tile 0 of sums (rows 0-15, columns 0-15 of the block) to c (uint8 view) at byte offset, rows stride apart."""
     return (types.void(c, offset, stride), _store(0)) if _uint8_array(c) else None
@@ -225,6 +242,31 @@ def _pack_rows(a, xor, k, kpad, A, rowsum, need_sum, r0, r1, m_total):
             rowsum[r] = total
 
 
+@njit(cache=True, inline="always")
+def _tile_block(A, lda, B, ldb_panel, cb, ldc, g_lo, g_hi, j_lo, j_hi, kpad, signed_a):
+    """Sums of row groups g_lo...g_hi-1 (32 rows of A, lda bytes apart) by panels j_lo...j_hi-1 (B's panel jp at
+    byte jp * ldb_panel, K steps 128 bytes apart) into cb (int32 bytes, rows ldc int32 apart), kpad bytes of K."""
+    for jp in range(j_lo, j_hi):
+        b0 = jp * ldb_panel
+        for g in range(g_lo, g_hi):
+            zero_sums()
+            a0 = g * 32 * lda
+            for s in range(0, kpad, 64):
+                load_a0(A, a0 + s, lda)
+                load_a1(A, a0 + 16 * lda + s, lda)
+                load_b0(B, b0 + s * 32, 128)
+                load_b1(B, b0 + s * 32 + 64, 128)
+                if signed_a:
+                    dot4_su()
+                else:
+                    dot4()
+            c0 = ((g - g_lo) * 32 * ldc + (jp - j_lo) * 32) * 4
+            store_c0(cb, c0, ldc * 4)
+            store_c1(cb, c0 + 64, ldc * 4)
+            store_c2(cb, c0 + 16 * ldc * 4, ldc * 4)
+            store_c3(cb, c0 + 16 * ldc * 4 + 64, ldc * 4)
+
+
 @njit(cache=True, parallel=True)
 def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers, cfg, rterm, cterm, v1, u2, v2,
                mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
@@ -267,23 +309,7 @@ def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers
                 j_hi = min(npn, j_lo + nb)
                 ldc = (j_hi - j_lo) * 32
                 cbuf = np.empty((g_hi - g_lo) * 32 * ldc, np.int32)
-                cb = cbuf.view(np.uint8)
-                for jp in range(j_lo, j_hi):
-                    b0 = jp * ks16 * 128
-                    for g in range(g_lo, g_hi):
-                        zero_sums()
-                        a0 = g * 32 * kpad
-                        for s in range(0, kpad, 64):
-                            load_a0(A, a0 + s, kpad)
-                            load_a1(A, a0 + 16 * kpad + s, kpad)
-                            load_b0(B, b0 + s * 32, 128)
-                            load_b1(B, b0 + s * 32 + 64, 128)
-                            dot4()
-                        c0 = ((g - g_lo) * 32 * ldc + (jp - j_lo) * 32) * 4
-                        store_c0(cb, c0, ldc * 4)
-                        store_c1(cb, c0 + 64, ldc * 4)
-                        store_c2(cb, c0 + 16 * ldc * 4, ldc * 4)
-                        store_c3(cb, c0 + 16 * ldc * 4 + 64, ldc * 4)
+                _tile_block(A, kpad, B, ks16 * 128, cbuf.view(np.uint8), ldc, g_lo, g_hi, j_lo, j_hi, kpad, False)
                 i0 = g_lo * 32
                 j0 = j_lo * 32
                 accrow = np.empty(ldc, np.int32)
@@ -291,3 +317,102 @@ def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers
                           rterm, cterm, rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
                           row_off, col_off, out32, out8, accrow)
         release()
+
+
+@njit(cache=True, parallel=True)
+def conv_tiles(W, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff, k, virtual, n_img, img_stride,
+               chan_off, pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum, rterm, cterm, u1, u2, v2,
+               mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, cfg):
+    """The convolution of _drivers.CONV_TEMPLATE (the same arguments, the padding and the im2col panels of 32
+    columns of the VNNI packers, the same epilogue) with its GEMM on tiles: W the weights' signed bytes as rows
+    of whole 64-byte K tiles (`conv_weights`), multiplied by tdpbsud, blocks of mb 32-row groups by nb panels.
+    The panels keep the packers' ksteps; a K tile's rows past them read the next panel (or the slack past the
+    last), which W's zero columns cancel."""
+    nr = 32
+    kpad = (ksteps + 15) // 16 * 64
+    groups = (m_total + 31) // 32
+    npn = (n_total + nr - 1) // nr
+    n_mblocks = (groups + mb - 1) // mb
+    n_nblocks = (npn + nb - 1) // nb
+    Q = np.empty(npn * ksteps * nr + 16 * nr, np.int32)
+    colsum = np.empty(npn * nr, np.int32)
+    ready = np.empty(npn, np.int64)
+    for i in range(npn):
+        ready[i] = 0
+    n_gemm = n_mblocks * n_nblocks
+    claim = np.empty(8 + 16 * n_workers, np.int64)
+    for i in range(claim.size):
+        claim[i] = 0
+    n_pad = pad[12]
+    for _worker in prange(n_workers):
+        use_512_bit_vectors()
+        segs = np.empty((3, nr), np.int64)
+        while True:
+            t = fetch_add(claim, 1, 1)
+            if t >= n_pad:
+                break
+            lo = t * pad[2] // n_pad
+            hi = (t + 1) * pad[2] // n_pad
+            if pad[13]:
+                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
+                                    pad[7], pad[8], pad[10], pad[11])
+            else:
+                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
+                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            fetch_add(claim, 2, 1)
+        while load_acquire(claim, 2) < n_pad:
+            pass
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * npn // n_workers
+            while True:
+                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
+                if jp >= hi:
+                    break
+                if virtual:
+                    _pack_panel_virtual(Q, colsum, jp, xp, koff, k, 4, nr, img_stride, chan_off, pan_per_img,
+                                        need_sum)
+                else:
+                    _pack_panel_strided(Q, colsum, jp, segs, xp, koff, k, 4, nr, n_img, img_stride, chan_off,
+                                        od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+                store_release(ready, jp, 1)
+        configure(cfg)
+        B = Q.view(np.uint8)
+        for r in range(n_workers):
+            v = (_worker + r) % n_workers
+            hi = (v + 1) * n_gemm // n_workers
+            while True:
+                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
+                if t >= hi:
+                    break
+                ib = t % n_mblocks
+                jb = t // n_mblocks
+                g_lo = ib * mb
+                g_hi = min(groups, g_lo + mb)
+                j_lo = jb * nb
+                j_hi = min(npn, j_lo + nb)
+                for jp in range(j_lo, j_hi):
+                    while load_acquire(ready, jp) == 0:
+                        pass
+                ldc = (j_hi - j_lo) * nr
+                cbuf = np.empty((g_hi - g_lo) * 32 * ldc, np.int32)
+                _tile_block(W, kpad, B, ksteps * nr * 4, cbuf.view(np.uint8), ldc, g_lo, g_hi, j_lo, j_hi, kpad,
+                            True)
+                i0 = g_lo * 32
+                j0 = j_lo * nr
+                accrow = np.empty(ldc, np.int32)
+                _epilogue(cbuf, ldc, i0, j0, min((g_hi - g_lo) * 32, m_total - i0), min(ldc, n_total - j0),
+                          rterm, cterm, u1, colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
+                          row_off, col_off, out32, out8, accrow)
+        release()
+
+
+def conv_weights(w_rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """``conv_tiles``' W for one group's weights (M x K rows, int8 or uint8: uint8 flipped to its signed view,
+    as the packers read it): rows padded to 32, K to whole 64-byte tiles with zeros, as uint8 bytes; and the
+    row pitch in bytes."""
+    m, k = w_rows.shape
+    kpad = -(-(-(-k // 4)) // 16) * 64
+    out = np.zeros((-(-m // 32) * 32, kpad), np.uint8)
+    out[:m, :k] = w_rows.view(np.uint8) ^ np.uint8(0x80 if w_rows.dtype == np.uint8 else 0)
+    return out.reshape(-1), kpad

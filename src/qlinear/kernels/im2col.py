@@ -913,6 +913,8 @@ class _WeightPlan:
         # thread count -> threads.FasterOf of packed panels and the direct path (ConvLaunch.run): which is faster
         # may differ with the threads (the direct path's GEMM waits for the whole input to be interleaved)
         self.direct_choices: dict = {}
+        self.amx_choices: dict = {}  # the same for the packed panels' GEMM on VNNI vectors or AMX tiles
+        self.amx_thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of the AMX launches
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1103,7 +1105,32 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                             pan_per_img, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
+    if path == "avx512vnni" and _AMX is not False and ig._amx_available():
+        amx = _amx_launch(launch, weight_plan)
+        if _AMX is True:
+            return amx
+        # AMX tiles or VNNI vectors for the packed panels, timed on the first calls as the direct path is
+        launch.amx, launch.amx_choices = amx, weight_plan.amx_choices
     return launch
+
+
+def _amx_launch(launch, weight_plan) -> ConvLaunch:
+    """The packed path's launch with its GEMM on AMX tiles (kernels._amx.conv_tiles): the same panels and
+    epilogue, the weights as rows of whole 64-byte K tiles (kept on each group's PackedWeights)."""
+    from qlinear.kernels import _amx
+
+    amx = ConvLaunch(launch.packed, weight_plan, launch.rq, launch.za, launch.bias, launch.geometry,
+                     launch.may_overflow)
+    amx.flip, amx.zau = launch.flip, launch.zau
+    amx.thread_choices = weight_plan.amx_thread_choices
+    amx.kind, amx.kernel = "amx_gemm", _amx.conv_tiles
+    amx.args = []
+    for pw, (head, rest) in zip(launch.packed.groups, launch.args):
+        w = pw._packed.get("amx_rows")
+        if w is None:
+            w = pw._packed.setdefault("amx_rows", read_only(_amx.conv_weights(pw.w)[0]))
+        amx.args.append(((w,) + head[1:], rest))
+    return amx
 
 
 def _direct_launch(launch, weight_plan, direct, path, bias_full, n_img) -> ConvLaunch:
@@ -1168,6 +1195,8 @@ class ConvLaunch:
     flip = zau = 0
     alt = None  # the direct path's launch for the same call, when it may run (see prepare)
     alt_choices = None  # thread count -> threads.FasterOf of this launch and alt, shared by the shape's launches
+    amx = None  # the packed path's launch on AMX tiles (see prepare)
+    amx_choices = None  # thread count -> threads.FasterOf of this launch and amx
 
     def __init__(self, packed, weight_plan, rq, za, bias, geometry, may_overflow):
         self.packed, self.plan, self.rq, self.za, self.bias = packed, weight_plan.plan, rq, za, bias
@@ -1185,8 +1214,17 @@ class ConvLaunch:
             choice = self.alt_choices.get(workers)
             if choice is None:
                 choice = self.alt_choices.setdefault(workers, ig.threads.FasterOf())
-            return choice.call(lambda: self._threads(x), lambda: self.alt._threads(x))
-        return self._threads(x)
+            return choice.call(lambda: self._panels(x), lambda: self.alt._threads(x))
+        return self._panels(x)
+
+    def _panels(self, x) -> np.ndarray:
+        if self.amx is None:
+            return self._threads(x)
+        workers = ig.threads.get_num_threads()
+        choice = self.amx_choices.get(workers)
+        if choice is None:
+            choice = self.amx_choices.setdefault(workers, ig.threads.FasterOf())
+        return choice.call(lambda: self._threads(x), lambda: self.amx._threads(x))
 
     def _threads(self, x) -> np.ndarray:
         workers = ig.threads.get_num_threads()
@@ -1223,7 +1261,7 @@ class ConvLaunch:
             return out
         n_workers = 1 if serial else workers
         pad, xc = _NO_PAD, _EMPTY8
-        if kind == "gemm" and not plan.phase and (plan.poly or not self._in_place(x)):
+        if kind in ("gemm", "amx_gemm") and not plan.phase and (plan.poly or not self._in_place(x)):
             # the GEMM's own tasks pad (or phase-split) the input first, in parts, in the same parallel region
             # (3x3 256/2 @28: the split took 36 us on one thread before it)
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
@@ -1263,10 +1301,15 @@ class ConvLaunch:
             if not serial and workers not in self.split_serial:
                 self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
         k_total = self.packed.group_channels * self.packed.taps
-        blocks = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers)
+        if kind == "amx_gemm":
+            from qlinear.kernels import _amx
+
+            blocks, tail = ig.block_sizes(self.args[0][0][2], plan.q_total, 32, 32, n_workers), (_amx.CONFIG,)
+        else:
+            blocks, tail = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers), ()
         for head, rest in self.args:
             ig.call_parallel(self.kernel, *head, *blocks, n_workers, src, xc, pad, plan.koff, k_total, *rest, out32,
-                             out8, serial=serial)
+                             out8, *tail, serial=serial)
             pad = _NO_PAD  # the first group's call padded every plane
         return out
 
@@ -1352,6 +1395,7 @@ def _has_vbmi() -> bool:
         _VBMI = "avx512vbmi" in ig._host_features()
     return _VBMI
 _FUSE_DW3X3 = True
+_AMX = None  # tests: True makes the packed path's launch the AMX one where it may run, False never; None times both
 _SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
 _EMPTY32 = np.empty(1, np.int32)
 _EMPTY8 = np.empty(1, np.uint8)
