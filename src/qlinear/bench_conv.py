@@ -214,6 +214,7 @@ def run(filter_text: str = "", thread_counts=(1, 2), weights: str = "7bit", min_
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "thread_counts": counts, "weights": weights,
             "rounds": rounds,
             "qlinear_path": integer_gemm.default_path(), "threading_layer": _threading_layer(numba),
+            "amx": integer_gemm.amx_available(),
             # what the serial-or-parallel choices compared with (measured once per process, at first use)
             "launch_cost": threads.launch_cost() if max(counts) > 1 else None,
             "onnxruntime": _version("onnxruntime") if ort_times else ort_note, "rows": rows, "summary": summary}
@@ -240,7 +241,8 @@ def table(results: dict) -> str:
         head += [f"onnxruntime {t}t", f"qlinear {t}t", f"ratio {t}t"]
     for t in counts[1:]:
         head += [f"qlinear {t}t/{counts[0]}t", f"onnxruntime {t}t/{counts[0]}t"]
-    lines = [f"CPU: {results['cpu']} ({results['cores']} cores); qlinear path {results['qlinear_path']}, numba "
+    amx = {True: " (AMX tiles where timed faster)", False: " (no AMX tiles)"}.get(results.get("amx"), "")
+    lines = [f"CPU: {results['cpu']} ({results['cores']} cores); qlinear path {results['qlinear_path']}{amx}, numba "
              f"threading layer {results['threading_layer']}; onnxruntime {results['onnxruntime']}; "
              f"{results['weights']} weights; ms, best of runs in {results['rounds']} alternating rounds"
              + (f"; launch cost {1e6 * results['launch_cost']:.0f} us" if results.get("launch_cost") else ""),

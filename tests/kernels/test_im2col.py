@@ -942,7 +942,7 @@ def test_faster_of_alternates_then_keeps_the_faster_and_measures_again(monkeypat
     assert chooser.choice == 0
 
 
-@pytest.mark.skipif(not ig._amx_available(), reason="no AMX int8 tiles on this CPU (or Linux refused the tile state)")
+@pytest.mark.skipif(not ig.amx_available(), reason="no AMX int8 tiles on this CPU (or Linux refused the tile state)")
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("case", [
     # (C, M, HW, kernel, stride, group, images): the poly split (3x3/2), the phase split, the 7x7/2 stem, groups,

@@ -508,7 +508,7 @@ def test_one_thread_or_all_is_measured_per_shape(monkeypatch, m, k, n):
         assert len(ig.THREAD_CHOICES) == 2
 
 
-needs_amx = pytest.mark.skipif(not ig._amx_available(),
+needs_amx = pytest.mark.skipif(not ig.amx_available(),
                                reason="no AMX int8 tiles on this CPU (or Linux refused the tile state)")
 
 
@@ -561,7 +561,7 @@ def test_qlinear_amx_environment_variable():
     """QLINEAR_AMX=0 keeps the products off the AMX tiles; a value other than 0 or 1 is refused by name."""
     import os
 
-    code = "from qlinear.kernels import integer_gemm as ig; print(ig._amx_available())"
+    code = "from qlinear.kernels import integer_gemm as ig; print(ig.amx_available())"
     env = dict(os.environ, QLINEAR_AMX="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1105,7 +1105,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                             pan_per_img, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
-    if path == "avx512vnni" and _AMX is not False and ig._amx_available():
+    if path == "avx512vnni" and _AMX is not False and ig.amx_available():
         amx = _amx_launch(launch, weight_plan)
         if _AMX is True:
             return amx

@@ -555,7 +555,7 @@ class GemmLaunch:
 
     def run(self, a: np.ndarray) -> np.ndarray:
         """The product of ``a`` (the launch's shape and type) with the launch's weights."""
-        if self.path != "avx512vnni" or _AMX is False or not _amx_available():
+        if self.path != "avx512vnni" or _AMX is False or not amx_available():
             return self._run(a, False)
         # AMX tiles or VNNI vectors, measured per shape and thread count (threads.FasterOf): the tiles pay on
         # long products, a one-row product or a short K may not (the activations are copied into padded rows)
@@ -624,7 +624,7 @@ AMX_CHOICES: dict = {}  # (M, K, N, thread count) -> threads.FasterOf of the VNN
 
 
 @functools.lru_cache(maxsize=1)
-def _amx_available() -> bool:
+def amx_available() -> bool:
     from qlinear.kernels import _amx
 
     return HAVE_NUMBA and _amx.available()
