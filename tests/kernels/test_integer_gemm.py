@@ -557,6 +557,52 @@ def test_amx_or_vnni_is_measured_per_shape_and_gives_the_same_bits(monkeypatch):
     assert choice.choice in (0, 1) and all(len(t) >= ig.threads.FasterOf.TRIALS for t in choice.times)
 
 
+@needs_amx
+def test_amx_calls_from_python_threads_at_once(monkeypatch):
+    """Four Python threads multiplying at once on the tiles (each worker thread loads its own tile
+    configuration): every product has the oracle's bits."""
+    monkeypatch.setattr(ig, "_AMX", True)
+    rng = np.random.default_rng(13)
+    w = rand(rng, (300, 130), I8)
+    pw = ig.pack_weights(w, np.int8(1))
+    inputs = [rand(rng, (97, 300), U8) for _ in range(8)]
+    want = [oracle(a, 5, w, 1) for a in inputs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda a: ig.gemm(a, U8(5), pw), inputs * 3))
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[i % len(inputs)])
+
+
+@needs_amx
+def test_amx_under_the_workqueue_layer():
+    """numba's workqueue layer runs a region's workers on its own threads: each loads the tile configuration
+    before its first tile instruction, and concurrent calls are serialised (threads.call_parallel)."""
+    import os
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import numpy as np, numba
+        from concurrent.futures import ThreadPoolExecutor
+        from qlinear.kernels import integer_gemm as ig
+        ig._AMX = True
+        rng = np.random.default_rng(0)
+        a = rng.integers(0, 256, (70, 200)).astype(np.uint8)
+        w = rng.integers(-128, 128, (200, 90)).astype(np.int8)
+        want = (a.astype(np.int64) - 3) @ w.astype(np.int64)
+        pw = ig.pack_weights(w, np.int8(0))
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(lambda _: ig.gemm(a, np.uint8(3), pw), range(8)))
+        assert all(np.array_equal(o, want) for o in outs)
+        print("ok", numba.config.THREADING_LAYER)
+        """
+    )
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok workqueue"
+
+
 def test_qlinear_amx_environment_variable():
     """QLINEAR_AMX=0 keeps the products off the AMX tiles; a value other than 0 or 1 is refused by name."""
     import os
