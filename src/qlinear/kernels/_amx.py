@@ -34,8 +34,7 @@ from numba.extending import intrinsic  # noqa: E402
 
 from qlinear.kernels._atomics import fetch_add, load_acquire, store_release  # noqa: E402
 from qlinear.kernels._gemm_parts import _epilogue  # noqa: E402
-from qlinear.kernels._im2col_packers import (_pack_panel_strided, _pack_panel_virtual,  # noqa: E402
-                                              _pad_phases2_planes, _pad_planes)
+from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual, _pad_part  # noqa: E402
 from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -351,14 +350,7 @@ def conv_tiles(W, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff,
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass

@@ -18,8 +18,7 @@ from qlinear.kernels._atomics import fetch_add, load_acquire, store_release
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
-from qlinear.kernels._im2col_packers import (_interleave_plane, _pack_panel_strided, _pack_panel_virtual,
-                                              _pad_phases2_planes, _pad_planes)
+from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual, _pad_part
 
 
 @njit(cache=True, inline="always")
@@ -216,14 +215,7 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass
@@ -515,14 +507,7 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass
@@ -837,14 +822,7 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, 
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass
@@ -1159,14 +1137,7 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x,
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass
@@ -1481,14 +1452,7 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, p
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass
@@ -1803,14 +1767,7 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
             t = fetch_add(claim, 1, 1)
             if t >= n_pad:
                 break
-            lo = t * pad[2] // n_pad
-            hi = (t + 1) * pad[2] // n_pad
-            if pad[13]:
-                _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5],
-                                    pad[7], pad[8], pad[10], pad[11])
-            else:
-                _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5],
-                            pad[6], pad[7], pad[8], pad[9], pad[10], pad[11])
+            _pad_part(x, xp, pad, t)
             fetch_add(claim, 2, 1)
         while load_acquire(claim, 2) < n_pad:
             pass

@@ -401,6 +401,22 @@ def _pad_planes(x, flip, zau, xp, lo, hi, planes, d, h, w, dp, hp, wp, p0, p1, p
         _fill(xp, n_rows, n_xp, zau)
 
 
+@njit(cache=True, inline="always")
+def _pad_part(x, xp, pad, t):
+    """Part t of the convolution regions' padding (_drivers.CONV_TEMPLATE, _amx.conv_tiles): pad holds (flip,
+    zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases); its planes split into pad[12] parts, padded
+    (_pad_planes) or, pad[13] 1, split into their stride-2 phases (_pad_phases2_planes, h w hq wq pt pl in pad[4],
+    pad[5], pad[7], pad[8], pad[10], pad[11])."""
+    lo = t * pad[2] // pad[12]
+    hi = (t + 1) * pad[2] // pad[12]
+    if pad[13]:
+        _pad_phases2_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[4], pad[5], pad[7],
+                            pad[8], pad[10], pad[11])
+    else:
+        _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5], pad[6],
+                    pad[7], pad[8], pad[9], pad[10], pad[11])
+
+
 @njit(cache=True, nogil=True)
 def _pad_phases2(x, flip, zau, xp, planes, h, w, hq, wq, pt, pl):
     """The four stride-2 phases of the zero-point-padded input, for convolutions with strides (2, 2): for each
