@@ -1126,10 +1126,7 @@ def _amx_launch(launch, weight_plan) -> ConvLaunch:
     amx.kind, amx.kernel = "amx_gemm", _amx.conv_tiles
     amx.args = []
     for pw, (head, rest) in zip(launch.packed.groups, launch.args):
-        w = pw._packed.get("amx_rows")
-        if w is None:
-            w = pw._packed.setdefault("amx_rows", read_only(_amx.conv_weights(pw.w)[0]))
-        amx.args.append(((w,) + head[1:], rest))
+        amx.args.append(((pw.amx()[0],) + head[1:], rest))
     return amx
 
 

@@ -400,6 +400,27 @@ class PackedWeights:
             self._packed[path] = got
         return got
 
+    def amx(self) -> tuple[np.ndarray, int]:
+        """The AMX kernels' weights (kernels._amx), made on first use: for a GEMM ("cols"), the VNNI panels with
+        their K steps padded to whole 16-step tiles, as bytes, and the padded K steps; for a convolution
+        ("rows"), the signed bytes as rows of whole 64-byte K tiles (`_amx.conv_weights`) and their pitch."""
+        got = self._packed.get("amx")
+        if got is None:
+            from qlinear.kernels import _amx
+
+            if self.orientation == "rows":
+                rows, pitch = _amx.conv_weights(self.w)
+                got = (read_only(rows), pitch)
+            else:
+                q, ks = self.packed("avx512vnni")
+                ks16 = -(-ks // 16) * 16
+                npn = q.size // (ks * 32) if ks else 0
+                b = np.zeros((npn, ks16, 32), np.int32)
+                b[:, :ks] = q.reshape(npn, ks, 32)
+                got = (read_only(b.reshape(-1).view(np.uint8)), ks16)
+            got = self._packed.setdefault("amx", got)  # threads may race here: each makes the same arrays
+        return got
+
     def fits_byte_pairs(self) -> bool:
         """Whether every pair of neighbouring signed weight bytes along K, as the byte-pair paths pack them, has
         |a| + |b| <= 128: then vpmaddubsw's int16 pair sums of u8 x s8 products cannot saturate (at most
@@ -581,7 +602,7 @@ class GemmLaunch:
         if amx:
             from qlinear.kernels import _amx
 
-            b, ks16 = _amx_weights(self.packed)
+            b, ks16 = self.packed.amx()
             head = (read_only(au.reshape(-1)), np.uint8(xor), self.k, self.need_rowsum, b, ks16, self.m_total,
                     self.n_total)
 
@@ -625,19 +646,10 @@ AMX_CHOICES: dict = {}  # (M, K, N, thread count) -> threads.FasterOf of the VNN
 
 @functools.lru_cache(maxsize=1)
 def amx_available() -> bool:
+    """Whether the AMX kernels (kernels._amx) may run in this process: numba is installed, the CPU has AMX-INT8,
+    Linux granted the tile state and QLINEAR_AMX is not 0."""
+    if not HAVE_NUMBA:
+        return False
     from qlinear.kernels import _amx
 
-    return HAVE_NUMBA and _amx.available()
-
-
-def _amx_weights(packed: "PackedWeights") -> tuple[np.ndarray, int]:
-    """The AMX path's B (kernels._amx): the VNNI panels with their K steps padded to whole 16-step tiles, as bytes."""
-    got = packed._packed.get("amx")
-    if got is None:
-        q, ks = packed.packed("avx512vnni")
-        ks16 = -(-ks // 16) * 16
-        npn = q.size // (ks * 32) if ks else 0
-        b = np.zeros((npn, ks16, 32), np.int32)
-        b[:, :ks] = q.reshape(npn, ks, 32)
-        got = packed._packed.setdefault("amx", (read_only(b.reshape(-1).view(np.uint8)), ks16))
-    return got
+    return _amx.available()
