@@ -34,7 +34,8 @@ from numba.extending import intrinsic  # noqa: E402
 
 from qlinear.kernels._atomics import fetch_add, load_acquire, store_release  # noqa: E402
 from qlinear.kernels._gemm_parts import _epilogue  # noqa: E402
-from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual, _pad_part  # noqa: E402
+from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual, _pad_in_parts  # noqa: E402
+from qlinear.kernels._task_claims import next_in_shares, zeros  # noqa: E402
 from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -237,8 +238,8 @@ def _pack_rows(a, xor, k, kpad, A, rowsum, need_sum, r0, r1, m_total):
         else:
             for i in range(kpad):
                 row[i] = 0
-        if need_sum:
-            rowsum[r] = total
+        # 0 where the weights have no zero points: the epilogue then takes its path without the rank-1 term
+        rowsum[r] = total if need_sum else 0
 
 
 @njit(cache=True, inline="always")
@@ -266,25 +267,44 @@ def _tile_block(A, lda, B, ldb_panel, cb, ldc, g_lo, g_hi, j_lo, j_hi, kpad, sig
             store_c3(cb, c0 + 16 * ldc * 4 + 64, ldc * 4)
 
 
+@njit(cache=True, inline="always")
+def _tile_task(t, A, lda, B, ldb_panel, kpad, signed_a, m_total, n_total, mb, nb, rterm, cterm, u1, v1, u2, v2, mult,
+               mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+    """GEMM task t of a region (_drivers' order: M block t % blocks along M of N block t // that): its block of
+    mb 32-row groups of A by nb 32-column panels of B (`_tile_block`), then one epilogue over it, the VNNI
+    path's (C = sums + rterm[i] + cterm[j] - u1[i] v1[j] - u2[i] v2[j], stored or requantized)."""
+    groups = (m_total + 31) // 32
+    npn = (n_total + 31) // 32
+    n_mblocks = (groups + mb - 1) // mb
+    g_lo = (t % n_mblocks) * mb
+    g_hi = min(groups, g_lo + mb)
+    j_lo = (t // n_mblocks) * nb
+    j_hi = min(npn, j_lo + nb)
+    ldc = (j_hi - j_lo) * 32
+    cbuf = np.empty((g_hi - g_lo) * 32 * ldc, np.int32)
+    _tile_block(A, lda, B, ldb_panel, cbuf.view(np.uint8), ldc, g_lo, g_hi, j_lo, j_hi, kpad, signed_a)
+    i0 = g_lo * 32
+    j0 = j_lo * 32
+    accrow = np.empty(ldc, np.int32)
+    _epilogue(cbuf, ldc, i0, j0, min((g_hi - g_lo) * 32, m_total - i0), min(ldc, n_total - j0), rterm, cterm, u1,
+              v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, accrow)
+
+
 @njit(cache=True, parallel=True)
-def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers, cfg, rterm, cterm, v1, u2, v2,
-               mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8):
+def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers, rterm, cterm, v1, u2, v2, mult,
+               mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8, cfg):
     """C = a @ w (the VNNI path's operands and epilogue, see the module docstring) in one parallel region: the
     activations' 32-row groups copied by the first tasks, then blocks of mb row groups by nb 32-column panels,
     each worker its own share of them first. B: the weights' panels [panel][ks16][32] int32 as uint8 bytes."""
     kpad = ks16 * 4
     groups = (m_total + 31) // 32
-    npn = (n_total + 31) // 32
+    n_gemm = ((groups + mb - 1) // mb) * (((n_total + 31) // 32 + nb - 1) // nb)
     A = np.empty(groups * 32 * kpad, np.uint8)
     rowsum = np.empty(groups * 32, np.int32)
-    n_mblocks = (groups + mb - 1) // mb
-    n_nblocks = (npn + nb - 1) // nb
-    n_gemm = n_mblocks * n_nblocks
-    claim = np.empty(8 + 8 * n_workers, np.int64)
-    for i in range(claim.size):
-        claim[i] = 0
+    # claim[0]: the next row group to copy; claim[1]: the groups copied; claim[8 + 8 w]: worker w's share
+    claim = zeros(8 + 8 * n_workers)
     for _worker in prange(n_workers):
-        while True:  # claim[0]: the next row group to copy; claim[1]: the groups copied
+        while True:
             t = fetch_add(claim, 0, 1)
             if t >= groups:
                 break
@@ -293,28 +313,11 @@ def gemm_tiles(a, xor, k, need_sum, B, ks16, m_total, n_total, mb, nb, n_workers
         while load_acquire(claim, 1) < groups:
             pass
         configure(cfg)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                ib = t % n_mblocks
-                jb = t // n_mblocks
-                g_lo = ib * mb
-                g_hi = min(groups, g_lo + mb)
-                j_lo = jb * nb
-                j_hi = min(npn, j_lo + nb)
-                ldc = (j_hi - j_lo) * 32
-                cbuf = np.empty((g_hi - g_lo) * 32 * ldc, np.int32)
-                _tile_block(A, kpad, B, ks16 * 128, cbuf.view(np.uint8), ldc, g_lo, g_hi, j_lo, j_hi, kpad, False)
-                i0 = g_lo * 32
-                j0 = j_lo * 32
-                accrow = np.empty(ldc, np.int32)
-                _epilogue(cbuf, ldc, i0, j0, min((g_hi - g_lo) * 32, m_total - i0), min(ldc, n_total - j0),
-                          rterm, cterm, rowsum, v1, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
-                          row_off, col_off, out32, out8, accrow)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _tile_task(t, A, kpad, B, ks16 * 128, kpad, False, m_total, n_total, mb, nb, rterm, cterm, rowsum, v1,
+                       u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
         release()
 
 
@@ -329,73 +332,39 @@ def conv_tiles(W, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff,
     last), which W's zero columns cancel."""
     nr = 32
     kpad = (ksteps + 15) // 16 * 64
-    groups = (m_total + 31) // 32
     npn = (n_total + nr - 1) // nr
-    n_mblocks = (groups + mb - 1) // mb
-    n_nblocks = (npn + nb - 1) // nb
+    n_mblocks = ((m_total + 31) // 32 + mb - 1) // mb
+    n_gemm = n_mblocks * ((npn + nb - 1) // nb)
     Q = np.empty(npn * ksteps * nr + 16 * nr, np.int32)
     colsum = np.empty(npn * nr, np.int32)
-    ready = np.empty(npn, np.int64)
-    for i in range(npn):
-        ready[i] = 0
-    n_gemm = n_mblocks * n_nblocks
-    claim = np.empty(8 + 16 * n_workers, np.int64)
-    for i in range(claim.size):
-        claim[i] = 0
-    n_pad = pad[12]
+    ready = zeros(npn)
+    # claim[1], claim[2]: the padding's parts (_pad_in_parts); per worker w, claim[8 + 16 w] and claim[16 + 16 w]:
+    # the next panel and the next GEMM task of w's share
+    claim = zeros(8 + 16 * n_workers)
     for _worker in prange(n_workers):
         use_512_bit_vectors()
         segs = np.empty((3, nr), np.int64)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                if virtual:
-                    _pack_panel_virtual(Q, colsum, jp, xp, koff, k, 4, nr, img_stride, chan_off, pan_per_img,
-                                        need_sum)
-                else:
-                    _pack_panel_strided(Q, colsum, jp, segs, xp, koff, k, 4, nr, n_img, img_stride, chan_off,
-                                        od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
+        _pad_in_parts(x, xp, pad, claim)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            if virtual:
+                _pack_panel_virtual(Q, colsum, jp, xp, koff, k, 4, nr, img_stride, chan_off, pan_per_img, need_sum)
+            else:
+                _pack_panel_strided(Q, colsum, jp, segs, xp, koff, k, 4, nr, n_img, img_stride, chan_off, od_n,
+                                    oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
         configure(cfg)
         B = Q.view(np.uint8)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                ib = t % n_mblocks
-                jb = t // n_mblocks
-                g_lo = ib * mb
-                g_hi = min(groups, g_lo + mb)
-                j_lo = jb * nb
-                j_hi = min(npn, j_lo + nb)
-                for jp in range(j_lo, j_hi):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                ldc = (j_hi - j_lo) * nr
-                cbuf = np.empty((g_hi - g_lo) * 32 * ldc, np.int32)
-                _tile_block(W, kpad, B, ksteps * nr * 4, cbuf.view(np.uint8), ldc, g_lo, g_hi, j_lo, j_hi, kpad,
-                            True)
-                i0 = g_lo * 32
-                j0 = j_lo * nr
-                accrow = np.empty(ldc, np.int32)
-                _epilogue(cbuf, ldc, i0, j0, min((g_hi - g_lo) * 32, m_total - i0), min(ldc, n_total - j0),
-                          rterm, cterm, u1, colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax,
-                          row_off, col_off, out32, out8, accrow)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _tile_task(t, W, kpad, B, ksteps * nr * 4, kpad, True, m_total, n_total, mb, nb, rterm, cterm, u1,
+                       colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
         release()
 
 

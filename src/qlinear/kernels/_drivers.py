@@ -18,17 +18,9 @@ from qlinear.kernels._atomics import fetch_add, load_acquire, store_release
 from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
-from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual, _pad_part
-
-
-@njit(cache=True, inline="always")
-def _zeros(n):
-    """n int64 zeros, set in a loop: in a parallel function np.zeros is a parallel region of its own, which costs a
-    fork and join (and a sleeping worker's wake-up) before the real one."""
-    a = np.empty(n, np.int64)
-    for i in range(n):
-        a[i] = 0
-    return a
+from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual, _pad_in_parts
+from qlinear.kernels._task_claims import next_in_shares
+from qlinear.kernels._task_claims import zeros as _zeros
 
 
 @njit(cache=True, inline="always")
@@ -204,21 +196,11 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -232,29 +214,21 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_{name}(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_{name}(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 '''
 
 
@@ -290,17 +264,12 @@ def conv_direct_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_{name}(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 '''
 
 
@@ -496,21 +465,11 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -524,29 +483,21 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_avx512vnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_avx512vnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 
 _MKT_avx512vnni_s = make_microkernel(*_config("avx512vnni", False), q_table=True)
 _MKTH_avx512vnni_s = make_microkernel(*_config("avx512vnni", False, half=True), q_table=True)
@@ -620,17 +571,12 @@ def conv_direct_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, 
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_avx512vnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 
 _MK_avxvnni_u = make_microkernel(*_config("avxvnni", True))
 _MKH_avxvnni_u = make_microkernel(*_config("avxvnni", True, half=True))
@@ -811,21 +757,11 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, 
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -839,29 +775,21 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, 
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_avxvnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_avxvnni_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 
 _MKT_avxvnni_s = make_microkernel(*_config("avxvnni", False), q_table=True)
 _MKTH_avxvnni_s = make_microkernel(*_config("avxvnni", False, half=True), q_table=True)
@@ -935,17 +863,12 @@ def conv_direct_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq,
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_avxvnni_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 
 _MK_avx512bw_u = make_microkernel(*_config("avx512bw", True))
 _MKH_avx512bw_u = make_microkernel(*_config("avx512bw", True, half=True))
@@ -1126,21 +1049,11 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x,
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1154,29 +1067,21 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x,
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_avx512bw_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_avx512bw_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 
 _MKT_avx512bw_s = make_microkernel(*_config("avx512bw", False), q_table=True)
 _MKTH_avx512bw_s = make_microkernel(*_config("avx512bw", False, half=True), q_table=True)
@@ -1250,17 +1155,12 @@ def conv_direct_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_avx512bw_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 
 _MK_avx2ub_u = make_microkernel(*_config("avx2ub", True))
 _MKH_avx2ub_u = make_microkernel(*_config("avx2ub", True, half=True))
@@ -1441,21 +1341,11 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, p
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1469,29 +1359,21 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, p
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_avx2ub_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_avx2ub_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 
 _MKT_avx2ub_s = make_microkernel(*_config("avx2ub", False), q_table=True)
 _MKTH_avx2ub_s = make_microkernel(*_config("avx2ub", False, half=True), q_table=True)
@@ -1565,17 +1447,12 @@ def conv_direct_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, 
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_avx2ub_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 
 _MK_avx2_u = make_microkernel(*_config("avx2", True))
 _MKH_avx2_u = make_microkernel(*_config("avx2", True, half=True))
@@ -1756,21 +1633,11 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
     # claim[0]: the next task (whole); claim[1], claim[2]: the next part of the padding and the parts done; per
     # worker w, claim[8 + 16 w] and claim[16 + 16 w]: the next panel and the next GEMM task of w's share
     claim = _zeros(8 + 16 * n_workers)
-    n_pad = pad[12]
     for _worker in prange(n_workers):
         use_512_bit_vectors()  # the packers' loops run in numba's parfor function
         segs = np.empty((3, nr), np.int64)
-        # first the input's planes padded (or, pad[13] 1, split into their stride-2 phases) into xp, in parts
-        # (pad: flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2, parts, phases; no parts where the caller
-        # passes xp ready)
-        while True:
-            t = fetch_add(claim, 1, 1)
-            if t >= n_pad:
-                break
-            _pad_part(x, xp, pad, t)
-            fetch_add(claim, 2, 1)
-        while load_acquire(claim, 2) < n_pad:
-            pass
+        # first the input's planes padded (or split into their stride-2 phases) into xp, in parts
+        _pad_in_parts(x, xp, pad, claim)
         if whole:
             while True:
                 t = fetch_add(claim, 0, 1)
@@ -1784,29 +1651,21 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
                                   colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off,
                                   out32, out8)
             continue
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * npn // n_workers
-            while True:
-                jp = v * npn // n_workers + fetch_add(claim, 8 + 16 * v, 1)
-                if jp >= hi:
-                    break
-                _pack_panel_avx2_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
-                                   pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
-                store_release(ready, jp, 1)
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = v * n_gemm // n_workers + fetch_add(claim, 16 + 16 * v, 1)
-                if t >= hi:
-                    break
-                jb = t // n_mblocks
-                for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                    while load_acquire(ready, jp) == 0:
-                        pass
-                _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
-                              mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, 0)
+        while jp >= 0:
+            _pack_panel_avx2_s(Q, colsum, jp, segs, xp, koff, k, virtual, n_img, img_stride, chan_off,
+                               pan_per_img, od_n, oh_n, ow_n, sd, sh, sw, hpwp, wp, need_sum)
+            store_release(ready, jp, 1)
+            jp, r = next_in_shares(claim, 8, 16, npn, n_workers, _worker, r)
+        t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            jb = t // n_mblocks
+            for jp in range(jb * nb, min(npn, jb * nb + nb)):
+                while load_acquire(ready, jp) == 0:
+                    pass
+            _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
+                          mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
 
 _MKT_avx2_s = make_microkernel(*_config("avx2", False), q_table=True)
 _MKTH_avx2_s = make_microkernel(*_config("avx2", False, half=True), q_table=True)
@@ -1880,17 +1739,12 @@ def conv_direct_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, x, xq, n_
             fetch_add(claim, 1, 1)
         while load_acquire(claim, 1) < n_fill:
             pass
-        for r in range(n_workers):
-            v = (_worker + r) % n_workers
-            lo = v * n_gemm // n_workers
-            hi = (v + 1) * n_gemm // n_workers
-            while True:
-                t = lo + fetch_add(claim, 8 + 8 * v, 1)
-                if t >= hi:
-                    break
-                _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb,
-                                     t, rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs,
-                                     mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
+        t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, 0)
+        while t >= 0:
+            _block_direct_avx2_s(P, xq, qtab, q_img, pan_per_img, chan_off, ksteps, m_total, n_total, mb, nb, t,
+                                 rterm, zeros_c, u1, zeros_c, zeros_r, zeros_c, mult, mult_rs, mult_cs, mode, yzp,
+                                 qmin, qmax, row_off, col_off, out32, out8)
+            t, r = next_in_shares(claim, 8, 8, n_gemm, n_workers, _worker, r)
 
 
 GEMM_DRIVERS = {

@@ -13,6 +13,7 @@ from numba import njit, prange  # noqa: E402
 
 from qlinear.kernels._microkernel import (pack_pair16, pack_pair32, pack_pair32_stride2,  # noqa: E402
                                          pack_quad16, pack_quad32, pack_quad32_stride2)
+from qlinear.kernels._atomics import fetch_add, load_acquire  # noqa: E402
 from qlinear.kernels._byte_moves import copy32_xor, split2_xor, split2_xor_whole  # noqa: E402
 from qlinear.kernels._vector_width import host_has, use_512_bit_vectors  # noqa: E402
 
@@ -415,6 +416,22 @@ def _pad_part(x, xp, pad, t):
     else:
         _pad_planes(x, np.uint8(pad[0]), np.uint8(pad[1]), xp, lo, hi, pad[2], pad[3], pad[4], pad[5], pad[6],
                     pad[7], pad[8], pad[9], pad[10], pad[11])
+
+
+@njit(cache=True, inline="always")
+def _pad_in_parts(x, xp, pad, claim):
+    """The convolution regions' padding, shared by their workers: each takes the next part (claim[1]) until
+    none is left, counts it done (claim[2]), then waits until every part is (pad[12] parts, none where the
+    caller passes xp ready; see _pad_part)."""
+    n_pad = pad[12]
+    while True:
+        t = fetch_add(claim, 1, 1)
+        if t >= n_pad:
+            break
+        _pad_part(x, xp, pad, t)
+        fetch_add(claim, 2, 1)
+    while load_acquire(claim, 2) < n_pad:
+        pass
 
 
 @njit(cache=True, nogil=True)

@@ -578,12 +578,12 @@ class GemmLaunch:
         """The product of ``a`` (the launch's shape and type) with the launch's weights."""
         if self.path != "avx512vnni" or _AMX is False or not amx_available():
             return self._run(a, False)
+        if _AMX is True:
+            return self._run(a, True)
         # AMX tiles or VNNI vectors, measured per shape and thread count (threads.FasterOf): the tiles pay on
         # long products, a one-row product or a short K may not (the activations are copied into padded rows)
         key = (self.m_total, self.k, self.n_total, threads.get_num_threads())
-        choice = None if _AMX is True else AMX_CHOICES.get(key)
-        if _AMX is True:
-            return self._run(a, True)
+        choice = AMX_CHOICES.get(key)
         if choice is None:
             if len(AMX_CHOICES) >= 256:
                 AMX_CHOICES.clear()
@@ -603,28 +603,22 @@ class GemmLaunch:
             from qlinear.kernels import _amx
 
             b, ks16 = self.packed.amx()
-            head = (read_only(au.reshape(-1)), np.uint8(xor), self.k, self.need_rowsum, b, ks16, self.m_total,
+            kernel, panels, tail = _amx.gemm_tiles, (32, 32), (_amx.CONFIG,)
+            args = (read_only(au.reshape(-1)), np.uint8(xor), self.k, self.need_rowsum, b, ks16, self.m_total,
                     self.n_total)
-
-            def launch(serial: bool) -> np.ndarray:
-                n_workers = 1 if serial else workers
-                blocks = block_sizes(self.m_total, self.n_total, 32, 32, n_workers)
-                call_parallel(_amx.gemm_tiles, *head, *blocks, n_workers, _amx.CONFIG, *self.rest, out32, out8,
-                              serial=serial)
-                return out
         else:
             words = self.words
             a32 = au.view(np.int32) if words else _EMPTY_WORDS
             ub = au ^ np.uint8(xor) if (words and xor and self.need_rowsum) else au
+            kernel, panels, tail = gemm_driver(self.path), self.panels, ()
             args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words,
                     read_only(ub), self.need_rowsum, *self.head)
-            driver = gemm_driver(self.path)
 
-            def launch(serial: bool) -> np.ndarray:
-                n_workers = 1 if serial else workers
-                blocks = block_sizes(self.m_total, self.n_total, *self.panels, n_workers)
-                call_parallel(driver, *args, *blocks, n_workers, *self.rest, out32, out8, serial=serial)
-                return out
+        def launch(serial: bool) -> np.ndarray:
+            n_workers = 1 if serial else workers
+            blocks = block_sizes(self.m_total, self.n_total, *panels, n_workers)
+            call_parallel(kernel, *args, *blocks, n_workers, *self.rest, out32, out8, *tail, serial=serial)
+            return out
 
         if workers == 1 or _FORCE_SERIAL is not None:
             return launch(workers == 1 or bool(_FORCE_SERIAL))
