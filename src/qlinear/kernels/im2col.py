@@ -185,8 +185,8 @@ def prepack_conv(w, w_zero_point, group: int = 1) -> PackedConv:
 # ----------------------------------------------------------------------------------------------- numba kernels
 if ig.HAVE_NUMBA:
     from qlinear.kernels._im2col_packers import (_MASKED_BYTES, _colsum_run, _colsum_strided, _fill,  # noqa: F401
-                                                 _pack_panel_strided, _pack_panel_virtual, _pad_input, _pad_phases2,
-                                                 _pair_run, _phase_split, _quad_run, _quad_strided)
+                                                 _pack_panel_strided, _pack_panel_virtual, _pad_input, _pad_part,
+                                                 _pad_phases2, _pair_run, _phase_split, _quad_run, _quad_strided)
 
     @njit(cache=True, parallel=True)
     def _depthwise(xp, za, wc, bias, chan_mult, n_img, c_in, dp, hp, wpd, kd_n, kh_n, kw_n,
@@ -1119,10 +1119,7 @@ def _amx_launch(launch, weight_plan) -> ConvLaunch:
     epilogue, the weights as rows of whole 64-byte K tiles (kept on each group's PackedWeights)."""
     from qlinear.kernels import _amx
 
-    amx = ConvLaunch(launch.packed, weight_plan, launch.rq, launch.za, launch.bias, launch.geometry,
-                     launch.may_overflow)
-    amx.flip, amx.zau = launch.flip, launch.zau
-    amx.thread_choices = weight_plan.amx_thread_choices
+    amx = launch.sibling(weight_plan, weight_plan.amx_thread_choices)
     amx.kind, amx.kernel = "amx_gemm", _amx.conv_tiles
     amx.args = []
     for pw, (head, rest) in zip(launch.packed.groups, launch.args):
@@ -1164,9 +1161,8 @@ def _direct_launch(launch, weight_plan, direct, path, bias_full, n_img) -> ConvL
     per_task = max(1, _FILL_TASK_GROUPS // (phases * plane))
     geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly), scratch, per_task,
                           units), np.int64)
-    alt = ConvLaunch(packed, weight_plan, rq, launch.za, launch.bias, launch.geometry, launch.may_overflow)
-    alt.flip, alt.zau = launch.flip, launch.zau
-    alt.thread_choices, alt.split_serial = weight_plan.direct_thread_choices, {}
+    alt = launch.sibling(weight_plan, weight_plan.direct_thread_choices)
+    alt.split_serial = {}
     alt.kind, alt.kernel = "direct_gemm", ig.conv_direct_driver(path)
     alt.direct_size = max(n_img * q_img, last) + 32
     alt.args = []
@@ -1200,36 +1196,35 @@ class ConvLaunch:
         self.geometry, self.may_overflow = geometry, may_overflow
         # shared by every launch of the shape: what the calls measured
         self.thread_choices, self.split_serial = weight_plan.thread_choices, weight_plan.split_serial
-        self.pad_parts: dict = {}  # thread count -> CONV_TEMPLATE's padding arguments (_run)
+        self.pad_parts: dict = {}  # thread count -> the padding's arguments (_pad_arguments)
+
+    def sibling(self, weight_plan, thread_choices) -> "ConvLaunch":
+        """A launch of the same call for another kernel (the direct path's, the AMX tiles'), with its own thread
+        choices; the caller sets its kind, kernel and arguments."""
+        other = ConvLaunch(self.packed, weight_plan, self.rq, self.za, self.bias, self.geometry, self.may_overflow)
+        other.flip, other.zau, other.thread_choices = self.flip, self.zau, thread_choices
+        return other
 
     def run(self, x) -> np.ndarray:
         if self.kind == "exact" or (self.may_overflow  # the worst case of x's type leaves int32: x's own values?
                                     and self.packed.bound(ig.activation_abs_max(x, self.za), self.bias) > ig.INT32_MAX):
             return self._exact(x)
         if self.alt is not None:
-            workers = ig.threads.get_num_threads()
-            choice = self.alt_choices.get(workers)
-            if choice is None:
-                choice = self.alt_choices.setdefault(workers, ig.threads.FasterOf())
+            choice = _per_thread_count(self.alt_choices, ig.threads.get_num_threads(), ig.threads.FasterOf)
             return choice.call(lambda: self._panels(x), lambda: self.alt._threads(x))
         return self._panels(x)
 
     def _panels(self, x) -> np.ndarray:
         if self.amx is None:
             return self._threads(x)
-        workers = ig.threads.get_num_threads()
-        choice = self.amx_choices.get(workers)
-        if choice is None:
-            choice = self.amx_choices.setdefault(workers, ig.threads.FasterOf())
+        choice = _per_thread_count(self.amx_choices, ig.threads.get_num_threads(), ig.threads.FasterOf)
         return choice.call(lambda: self._threads(x), lambda: self.amx._threads(x))
 
     def _threads(self, x) -> np.ndarray:
         workers = ig.threads.get_num_threads()
         if workers == 1 or _FORCE_SERIAL is not None:
             return self._run(x, workers == 1 or bool(_FORCE_SERIAL), workers)
-        choice = self.thread_choices.get(workers)
-        if choice is None:
-            choice = self.thread_choices.setdefault(workers, ig.threads.SerialOrParallel())
+        choice = _per_thread_count(self.thread_choices, workers, ig.threads.SerialOrParallel)
         return choice.call(lambda serial: self._run(x, serial, workers))
 
     def _run(self, x, serial: bool, workers: int) -> np.ndarray:
@@ -1262,20 +1257,8 @@ class ConvLaunch:
             # the GEMM's own tasks pad (or phase-split) the input first, in parts, in the same parallel region
             # (3x3 256/2 @28: the split took 36 us on one thread before it)
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            planes = x.shape[0] * x.shape[1]
-            if plan.poly:
-                xflat = np.empty(x.shape[0] * plan.poly_img + _SLACK, np.uint8)
-            else:
-                xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
-            pad = self.pad_parts.get(n_workers)
-            if pad is None:
-                if plan.poly:
-                    shape = (1, *plan.x3_shape[3:], 1, plan.hq, plan.wq, 0, *plan.pb3[1:])
-                else:
-                    shape = (*plan.x3_shape[2:], *plan.xp_shape[2:], *plan.pb3)
-                pad = np.array((self.flip, self.zau, planes, *shape, min(planes, 4 * n_workers) if n_workers > 1
-                                else 1, int(plan.poly)), np.int64)
-                pad = self.pad_parts.setdefault(n_workers, read_only(pad))
+            xflat = self._pad_buffer(x.shape[0])
+            pad = self._pad_arguments(x, n_workers)
         else:
             xflat = self._padded(x)
         if kind == "padded":
@@ -1317,25 +1300,38 @@ class ConvLaunch:
                 and x.flags.c_contiguous)
 
     def _padded(self, x):
-        """x as the kernels read it: padded, phase- or poly-split, int8 flipped to uint8 bits."""
-        plan = self.plan
-        xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        n_img, c_in = x.shape[:2]
-        # padded input, plus slack at the end for the vector runs that read past a row (values unused); the
-        # packers bound their reads themselves, so an unpadded uint8 input is used in place (ResNet-50's down
+        """x as the kernels read it outside the GEMM's region (the depthwise kernel, the phase split): x itself
+        where the packers may read it in place, else padded on the calling thread, int8 flipped to uint8 bits."""
+        # the packers bound their reads themselves, so an unpadded uint8 input is used in place (ResNet-50's down
         # 1x1 256->512/2 @56: the copy took 23 of 380 us, on one thread whatever the call's count)
-        if plan.poly:
-            xflat = np.empty(n_img * plan.poly_img + _SLACK, np.uint8)
-            _pad_phases2(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, plan.x3_shape[3],
-                         plan.x3_shape[4], plan.hq, plan.wq, plan.pb3[1], plan.pb3[2])
-        elif self._in_place(x):
-            xflat = x.reshape(-1)
-        else:
-            # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
-            xflat = np.empty(math.prod(plan.xp_shape) + _SLACK, np.uint8)
-            _pad_input(xc, np.uint8(self.flip), np.uint8(self.zau), xflat, n_img * c_in, *plan.x3_shape[2:],
-                       *plan.xp_shape[2:], *plan.pb3)
+        if self._in_place(x):
+            return x.reshape(-1)
+        # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
+        xflat = self._pad_buffer(x.shape[0])
+        _pad_part(np.ascontiguousarray(x).reshape(-1).view(np.uint8), xflat, self._pad_arguments(x, 1), 0)
         return xflat
+
+    def _pad_buffer(self, n_img: int) -> np.ndarray:
+        """Room for the padded (or stride-2 phase-split) input, plus slack for the vector runs that read past a
+        row (values unused)."""
+        plan = self.plan
+        return np.empty((n_img * plan.poly_img if plan.poly else math.prod(plan.xp_shape)) + _SLACK, np.uint8)
+
+    def _pad_arguments(self, x, n_workers: int) -> np.ndarray:
+        """_im2col_packers._pad_part's pad for x's shape: (flip, zau, planes, d, h, w, dp, hp, wp, p0, p1, p2,
+        parts, phases), the planes split into 4 parts a worker (1 on one), kept per thread count."""
+        pad = self.pad_parts.get(n_workers)
+        if pad is None:
+            plan = self.plan
+            planes = x.shape[0] * x.shape[1]
+            if plan.poly:
+                shape = (1, *plan.x3_shape[3:], 1, plan.hq, plan.wq, 0, *plan.pb3[1:])
+            else:
+                shape = (*plan.x3_shape[2:], *plan.xp_shape[2:], *plan.pb3)
+            parts = min(planes, 4 * n_workers) if n_workers > 1 else 1
+            pad = np.array((self.flip, self.zau, planes, *shape, parts, int(plan.poly)), np.int64)
+            pad = self.pad_parts.setdefault(n_workers, read_only(pad))
+        return pad
 
     def _exact(self, x):
         """The float64-accumulating reference path: exact, or AccumulatorOverflowError."""
@@ -1391,6 +1387,15 @@ def _has_vbmi() -> bool:
     if _VBMI is None:
         _VBMI = "avx512vbmi" in ig._host_features()
     return _VBMI
+def _per_thread_count(choices: dict, workers: int, make):
+    """``choices[workers]``, made by ``make()`` on first use (threads.FasterOf, threads.SerialOrParallel): what
+    the calls of a layer shape measured, kept per thread count."""
+    choice = choices.get(workers)
+    if choice is None:
+        choice = choices.setdefault(workers, make())
+    return choice
+
+
 _FUSE_DW3X3 = True
 _AMX = None  # tests: True makes the packed path's launch the AMX one where it may run, False never; None times both
 _SLACK = 256  # reads past the data: 32-lane rounding, doubled at stride 2, plus a dilated kw offset
