@@ -35,7 +35,7 @@ from numba.extending import intrinsic  # noqa: E402
 from qlinear.kernels._atomics import fetch_add, load_acquire, store_release  # noqa: E402
 from qlinear.kernels._gemm_parts import _epilogue  # noqa: E402
 from qlinear.kernels._im2col_packers import _pack_panel_strided, _pack_panel_virtual, _pad_in_parts  # noqa: E402
-from qlinear.kernels._task_claims import next_in_shares, zeros  # noqa: E402
+from qlinear.kernels._task_claims import next_in_shares, wait_for, zeros  # noqa: E402
 from qlinear.kernels._vector_width import use_512_bit_vectors  # noqa: E402
 
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -359,9 +359,7 @@ def conv_tiles(W, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad, koff,
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _tile_task(t, W, kpad, B, ksteps * nr * 4, kpad, True, m_total, n_total, mb, nb, rterm, cterm, u1,
                        colsum, u2, v2, mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)

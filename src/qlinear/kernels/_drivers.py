@@ -19,7 +19,7 @@ from qlinear.kernels._microkernel import make_microkernel
 from qlinear.kernels._vector_width import use_512_bit_vectors
 from qlinear.kernels._gemm_parts import PATHS, _epilogue, _pack_row_panel, _pack_row_panel_words
 from qlinear.kernels._im2col_packers import _interleave_plane, _pack_panel_strided, _pack_panel_virtual, _pad_in_parts
-from qlinear.kernels._task_claims import next_in_shares
+from qlinear.kernels._task_claims import next_in_shares, wait_for
 from qlinear.kernels._task_claims import zeros as _zeros
 
 
@@ -140,9 +140,7 @@ def gemm_tiles_{name}(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -223,9 +221,7 @@ def conv_tiles_{name}(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_{name}(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
@@ -371,9 +367,7 @@ def gemm_tiles_avx512vnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum,
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_avx512vnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -492,9 +486,7 @@ def conv_tiles_avx512vnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, 
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_avx512vnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
@@ -663,9 +655,7 @@ def gemm_tiles_avxvnni_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q,
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_avxvnni_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -784,9 +774,7 @@ def conv_tiles_avxvnni_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, 
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_avxvnni_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
@@ -955,9 +943,7 @@ def gemm_tiles_avx512bw_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_avx512bw_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -1076,9 +1062,7 @@ def conv_tiles_avx512bw_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x,
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_avx512bw_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
@@ -1247,9 +1231,7 @@ def gemm_tiles_avx2ub_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, 
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_avx2ub_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -1368,9 +1350,7 @@ def conv_tiles_avx2ub_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, p
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_avx2ub_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)
@@ -1539,9 +1519,7 @@ def gemm_tiles_avx2_u(a, xor, a32, xorword, words, rowsum_bytes, need_sum, Q, ks
                 continue
             t -= mp
             ib = t % n_mblocks
-            for ip in range(ib * mb, min(mp, ib * mb + mb)):
-                while load_acquire(ready, ip) == 0:
-                    pass
+            wait_for(ready, ib * mb, min(mp, ib * mb + mb))
             _block_avx2_u(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, rowsum, v1, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
 
@@ -1660,9 +1638,7 @@ def conv_tiles_avx2_s(P, ksteps, m_total, n_total, mb, nb, n_workers, xp, x, pad
         t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, 0)
         while t >= 0:
             jb = t // n_mblocks
-            for jp in range(jb * nb, min(npn, jb * nb + nb)):
-                while load_acquire(ready, jp) == 0:
-                    pass
+            wait_for(ready, jb * nb, min(npn, jb * nb + nb))
             _block_avx2_s(P, Q, ksteps, m_total, n_total, mb, nb, t, rterm, cterm, u1, colsum, u2, v2,
                           mult, mult_rs, mult_cs, mode, yzp, qmin, qmax, row_off, col_off, out32, out8)
             t, r = next_in_shares(claim, 16, 16, n_gemm, n_workers, _worker, r)

@@ -2,6 +2,7 @@
 in an int64 array, taken with `_atomics.fetch_add`.
 
 - `zeros` makes the counters (in a loop: np.zeros would be a parallel region of its own);
+- `wait_for` waits until the tasks a task reads from (packed panels) have set their flags;
 - `next_in_shares` hands out tasks [0, n) split into one contiguous share per worker: a worker takes from its own
   share first, then from what is left of the others', so the data of its share stays in its cache from call to
   call, and a worker that wakes late still finds work.
@@ -16,7 +17,7 @@ from qlinear.kernels import ensure_fresh_numba_cache
 ensure_fresh_numba_cache()  # before any cached kernel loads
 from numba import njit  # noqa: E402
 
-from qlinear.kernels._atomics import fetch_add  # noqa: E402
+from qlinear.kernels._atomics import fetch_add, load_acquire  # noqa: E402
 
 
 @njit(cache=True, inline="always")
@@ -42,3 +43,11 @@ def next_in_shares(claim, first, stride, n, n_workers, worker, r):
             return t, r
         r += 1
     return -1, r
+
+
+@njit(cache=True, inline="always")
+def wait_for(ready, lo, hi):
+    """Until ready[lo...hi-1] are all set (store_release by the tasks that filled them)."""
+    for i in range(lo, hi):
+        while load_acquire(ready, i) == 0:
+            pass
