@@ -34,7 +34,7 @@ from corpus.models import ort_runner, path  # noqa: E402
 MODELS = ("ocr_cls", "ocr_rec", "ocr_det")
 COUNTS = {"ocr_cls": 64, "ocr_rec": 64, "ocr_det": 3}
 VARIANTS = ("qdq-portable", "default", "no-operands", "no-scale-folds", "no-onnxruntime-rewrites", "no-relu-clip-fold",
-            "no-moves", "no-float-input-convs", "no-float-depthwise-after-input")
+            "no-moves", "no-float-input-convs", "no-float-depthwise-after-input", "no-dense-padding")
 
 
 def calibration(folder: Path, name: str) -> Path:
@@ -56,10 +56,11 @@ def calibration(folder: Path, name: str) -> Path:
 def variant(name: str):
     """Switch one rule off for the duration."""
     import qlinear.io.placement.onnxruntime as placement
-    from qlinear.io.formats import onnx_model
+    from qlinear.io.formats import onnx_channel_padding, onnx_model
 
     switches = ("SCALES", "FOLDED", "MOVES", "FEW_CHANNELS", "DEPTHWISE_AFTER_INPUT")
     saved = {key: getattr(placement, key) for key in switches}
+    dense = onnx_channel_padding.DENSE_MINIMUM, onnx_channel_padding.DENSE_MULTIPLE
     kind, fold = placement._Graph._kind, onnx_model.OnnxModel.fold_for_static
     try:
         if name == "no-operands":
@@ -79,11 +80,14 @@ def variant(name: str):
             placement.FEW_CHANNELS = 0
         elif name == "no-float-depthwise-after-input":
             placement.DEPTHWISE_AFTER_INPUT = False
+        elif name == "no-dense-padding":  # only depthwise convolutions get zero channels
+            onnx_channel_padding.DENSE_MINIMUM = onnx_channel_padding.DENSE_MULTIPLE = 1
         yield
     finally:
         for key, value in saved.items():
             setattr(placement, key, value)
         placement._Graph._kind, onnx_model.OnnxModel.fold_for_static = kind, fold
+        onnx_channel_padding.DENSE_MINIMUM, onnx_channel_padding.DENSE_MULTIPLE = dense
 
 
 def quantize(name: str, data: Path, output: Path, variant_name: str) -> dict:

@@ -132,8 +132,9 @@ onnxruntime's CPU provider fuses them into int8 kernels (Conv, MatMul, Gemm and 
 pooling, Sigmoid, Softmax and value-moving operators around them), leaving other operators float
 with one conversion at each edge of a float island, and a convolution that reads a model input of
 at most 4 channels (an image) float, with a depthwise convolution right after it, and gives each int8
-depthwise convolution zero channels up to a multiple of 16 (onnxruntime's vectorized kernel needs
-it; every real channel computes the same); --target qdq-portable puts a pair around every
+depthwise convolution zero channels up to a multiple of 16, and each int8 dense one at least 16
+output channels in a multiple of 8 (onnxruntime's vectorized kernels need them; every real channel
+computes the same); --target qdq-portable puts a pair around every
 operator a QDQ runtime may fuse (TensorRT, OpenVINO). The report times the float and the quantized
 model in onnxruntime on 1 and 2 threads (--no-latency skips it) and says which nodes its optimized
 graph runs on the codes. Each layer's bias is then corrected so that its outputs' per-channel mean on

@@ -448,7 +448,7 @@ def quantize_onnx(source: Path, output: Path, settings: Settings, measure: Evalu
             static_plan.placed.skipped = [Skipped(name, why) for name, why in reasons.items()] + skipped
         if static.target == "onnxruntime" and weight_plan is None:
             # After calibrating: the statistics are the unpadded model's, the zero channels' never counted.
-            static_plan.folding["padded"] = _pad_depthwise(source, model, feeds, static_plan, output.parent)
+            static_plan.folding["padded"] = _pad_channels(source, model, feeds, static_plan, output.parent)
             if static_plan.folding["padded"]["layers"]:
                 choices = _kept_float(_choices(model.found, settings, rules, source), model, static, settings)
                 chosen = [c for c in choices if c.quantized]
@@ -688,21 +688,21 @@ def _recalibrated(model, static, plan_, samples, float_weights, changed: list[st
     return replanned
 
 
-def _pad_depthwise(source: Path, model, feeds, plan_, folder: Path) -> dict:
-    """Zero channels for the depthwise convolutions placed in int8 (`onnx_channel_padding`), checked as `_fold`
-    checks its rewrite."""
+def _pad_channels(source: Path, model, feeds, plan_, folder: Path) -> dict:
+    """Zero channels for the convolutions placed in int8 (`onnx_channel_padding`), checked as `_fold` checks its
+    rewrite."""
     import onnx
 
     original = onnx.ModelProto()
     original.CopyFrom(model.model)
-    padded = model.pad_depthwise(plan_.placed.anchors)
-    result = {"layers": [{"depthwise": p.depthwise, "channels": p.channels, "to": p.to, "tensors": len(p.tensors)}
-                         for p in padded]}
+    padded = model.pad_channels(plan_.placed.anchors)
+    result = {"layers": [{"depthwise": p.depthwise, "dense": p.dense, "channels": p.channels, "to": p.to,
+                          "tensors": len(p.tensors)} for p in padded]}
     plan_.real_channels = {name: p.channels for p in padded for name in p.tensors}
     if padded:
         result.update(_still_computes(source, original, model, feeds, folder,
-                                      f"padding {len(padded)} depthwise convolutions with zero channels",
-                                      "the model with zero channels added to its depthwise convolutions"))
+                                      f"padding {len(padded)} regions of convolutions with zero channels",
+                                      "the model with zero channels added to its convolutions"))
     return result
 
 

@@ -343,7 +343,7 @@ def _show_activations(console, activations: dict) -> None:
         moved = (f"the float model moved by {padded['max_difference']:.3g} at most" if "max_difference" in padded
                  else f"not run to check it ({padded.get('note')})")
         regions = len(padded["layers"])
-        console.print(f"zero channels for onnxruntime's depthwise kernel: {regions} region{'s' * (regions > 1)} "
+        console.print(f"zero channels for onnxruntime's int8 convolution kernels: {regions} region{'s' * (regions > 1)} "
                       f"({sizes} channels); {moved}")
     console.print(f"activations: {activations['pairs']} QuantizeLinear/DequantizeLinear pairs, {activations['type']}"
                   f"{' symmetric' if activations['symmetric'] else ''}, ranges by {activations['method']} over "

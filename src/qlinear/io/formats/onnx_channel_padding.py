@@ -1,16 +1,24 @@
-"""Zero channels added to depthwise convolutions so that onnxruntime runs them in its fast int8 kernel.
+"""Zero channels added to convolutions so that onnxruntime runs them in its fast int8 kernels.
 
-onnxruntime (1.32, `qlinearconv.cc` / MLAS `convsym.cpp`) runs an int8 depthwise QLinearConv with symmetric
-weights in its vectorized kernel (AVX2, AVX-512, VNNI) only when the channel count is a multiple of 16 on x86;
-any other count falls back to a generic kernel (SSE2, 8 channels at a time), 2.3-2.6x slower on 5x5 layers of
-88-200 channels (BENCHMARKS.md). PP-OCR's classifier has such layers of 24, 40, 88, 104 and 200 channels.
+onnxruntime (1.32, `qlinearconv.cc` / MLAS `convsym.cpp`, `MlasConvSymPackWSize`) runs an int8 QLinearConv with
+symmetric weights in its vectorized kernels (AVX2, AVX-512, VNNI) only when the channels fit them on x86:
 
-So, for the onnxruntime target, each depthwise Conv whose channel count is not a multiple of `MULTIPLE` gets
-zero channels up to the next multiple, and with it every tensor that must carry them (its *region*): back to the
-dense convolutions that write it (zero weight rows, zero bias: they write zeros there) and forward to the dense
-convolutions that read it (zero weight columns: they read nothing from there), through the operators that work
-channel by channel in between (activations, pools, element-wise operators with per-channel or scalar constants,
-other depthwise convolutions, a squeeze-excite block's gate). Every real channel computes exactly what it did:
+- a depthwise convolution: a channel count that is a multiple of 16; any other count falls back to a generic
+  kernel (SSE2, 8 channels at a time), 2.3-2.6x slower on 5x5 layers of 88-200 channels (BENCHMARKS.md).
+  PP-OCR's classifier has such layers of 24, 40, 88, 104 and 200 channels.
+- a dense one (group 1): at least 16 output channels, output channels a multiple of 8 (4 with AVX-512) and input
+  channels a multiple of 4; otherwise its im2col GEMM runs, on one thread for a narrow output (1x1, 16 -> 8
+  channels over 8 x 12 x 96 pixels: 79 us on 1 thread, 65 on 2; 16 -> 16: 36 and 24). The classifier's
+  MobileNetV3 blocks project to 8 channels at its largest maps.
+
+So, for the onnxruntime target, each depthwise Conv whose channel count is not a multiple of `MULTIPLE`, and each
+dense one whose output channels are fewer than `DENSE_MINIMUM` or not a multiple of `DENSE_MULTIPLE`, gets zero
+channels up to the next count that fits (`aligned`), and with it every tensor that must carry them (its
+*region*): back to the dense convolutions that write it (zero weight rows, zero bias: they write zeros there) and
+forward to the dense convolutions that read it (zero weight columns: they read nothing from there; a multiple of
+8 input channels is a multiple of 4), through the operators that work channel by channel in between
+(activations, pools, element-wise operators with per-channel or scalar constants, other depthwise convolutions,
+a squeeze-excite block's gate). Every real channel computes exactly what it did:
 a padded channel meets a real one only in a dense convolution's sum, with a zero weight (in int8 too: a zero
 code times anything is 0). Whatever a padded channel holds in between (a hard sigmoid of 0 is 0.5) stays
 finite and reaches nothing else.
@@ -28,6 +36,8 @@ import numpy as np
 from .onnx_constants import attributes, producers_of, readers_of
 
 MULTIPLE = 16  # onnxruntime's channel alignment for its symmetric depthwise kernel on x86 (ARM64 needs 8)
+DENSE_MINIMUM = 16  # the output channels its symmetric dense kernel packs at a time (FilterOutputChannelPackCount)
+DENSE_MULTIPLE = 8  # and their alignment there (KernelOutputChannelAlignment: 8 for AVX2 and AVX-VNNI, 4 AVX-512)
 UNARY = frozenset({"Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Identity"})
 POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 BINARY = {"Add": 0.0, "Sub": 0.0, "Mul": 0.0, "Div": 1.0}  # what a per-channel constant operand is padded with
@@ -36,6 +46,7 @@ BINARY = {"Add": 0.0, "Sub": 0.0, "Mul": 0.0, "Div": 1.0}  # what a per-channel 
 @dataclass
 class Padded:
     depthwise: list[str]  # the depthwise convolutions' names
+    dense: list[str]  # the dense convolutions whose outputs it widens (those reading it widen their inputs)
     channels: int
     to: int
     tensors: list[str]  # the tensors that carry the zero channels (after the real ones, on axis 1)
@@ -56,8 +67,16 @@ def _label(node) -> str:
     return node.name or node.output[0]
 
 
-def pad_depthwise(model, read_tensor, write_tensor, names: set[str] | None = None) -> list[Padded]:
-    """Pad the main graph's depthwise Convs (those named in ``names``, or all) and their regions, in place.
+def aligned(channels: int, depthwise: bool) -> int:
+    """The channel count onnxruntime's symmetric kernels take for ``channels`` (module docstring)."""
+    if depthwise:
+        return -(-channels // MULTIPLE) * MULTIPLE
+    return max(DENSE_MINIMUM, -(-channels // DENSE_MULTIPLE) * DENSE_MULTIPLE)
+
+
+def pad_channels(model, read_tensor, write_tensor, names: set[str] | None = None) -> list[Padded]:
+    """Pad the main graph's Convs (those named in ``names``, or all) whose channels onnxruntime's symmetric
+    kernels do not take, and their regions, in place.
     ``read_tensor(name)`` gives a stored constant's values (or None), ``write_tensor(name, array)`` stores new
     values for it."""
     graph = model.graph
@@ -124,15 +143,20 @@ def pad_depthwise(model, read_tensor, write_tensor, names: set[str] | None = Non
         if weight is None:
             continue
         channels = weight.shape[0]
-        if channels % MULTIPLE == 0 or conv_kind(node, channels) != "depthwise" or node.input[0] in padded_tensors:
+        kind = conv_kind(node, channels)
+        # A depthwise convolution's region holds its input; a dense one's, its output.
+        start = {"depthwise": node.input[0], "dense": node.output[0]}.get(kind)
+        if start is None or aligned(channels, kind == "depthwise") == channels or start in padded_tensors:
             continue
-        region = grow(node.input[0], channels, weight.ndim)
+        region = grow(start, channels, weight.ndim)
         if region is None or not region.tensors.isdisjoint(padded_tensors):
             continue
-        to = -(-channels // MULTIPLE) * MULTIPLE
+        to = aligned(channels, bool(region.depthwise))
+        if to == channels:
+            continue
         _apply(region, to, read_tensor, write_tensor)
         padded_tensors |= region.tensors
-        done.append(Padded(sorted(region.depthwise), channels, to, sorted(region.tensors)))
+        done.append(Padded(sorted(region.depthwise), sorted(region.out_rows), channels, to, sorted(region.tensors)))
     if done:
         kept = [v for v in graph.value_info if v.name not in padded_tensors]  # their shapes changed
         del graph.value_info[:]

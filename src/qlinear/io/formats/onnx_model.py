@@ -140,13 +140,13 @@ class OnnxModel:
             self.refresh()
         return folded
 
-    def pad_depthwise(self, names: set[str] | None = None) -> list:
-        """Give the main graph's depthwise Convs (those named, or all) zero channels up to onnxruntime's
-        alignment, with every tensor that must carry them (`onnx_channel_padding`); returns what was padded."""
+    def pad_channels(self, names: set[str] | None = None) -> list:
+        """Give the main graph's Convs (those named, or all) zero channels up to what onnxruntime's int8 kernels
+        take, with every tensor that must carry them (`onnx_channel_padding`); returns what was padded."""
         from . import onnx_channel_padding
 
         read, write = self._constant_editor(self.stored_value)
-        padded = onnx_channel_padding.pad_depthwise(self.model, read, write, names)
+        padded = onnx_channel_padding.pad_channels(self.model, read, write, names)
         if padded:
             self.refresh()
         return padded
