@@ -627,7 +627,9 @@ def _loads(row: dict) -> str:
 
     if not row.get("written"):
         return f"not written: {short(row.get('error', '?'))}"
-    if row.get("loads"):
+    if "loads" not in row:
+        return "not loaded (timed for its calibration only)"
+    if row["loads"]:
         return "yes" if row.get("runs", True) else f"loads, run fails: {short(row['error'])}"
     return f"no: {short(row.get('error', '?'))}"
 
