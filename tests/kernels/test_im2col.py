@@ -503,8 +503,12 @@ def test_depthwise_pair_taps_refuses_pairs_past_128():
 
 
 PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [
-    # a plane too wide for 128-byte windows (16 pixels that cross rows need bytes 2 x 120 apart): another kernel serves it
-    ((1, 3, 6, 120), 1, 2, 1, (1, 1), (1, 1)),
+    # a plane too wide for 128-byte windows across rows (16 pixels that cross rows need bytes 2 x 120 apart):
+    # groups of a row each, 60 outputs a row in 4 groups (the last repeating its last pixel); and 56 of 112
+    ((1, 3, 6, 120), 1, 2, 1, (1, 1), (1, 1)), ((2, 5, 7, 112), 1, 2, 1, (1, 1), (1, 1)),
+    ((1, 20, 9, 70), 1, 2, 1, (1, 1), (1, 1)),  # 20 channels: two blocks of 16
+    # a kernel row dilated past 128 bytes: another kernel serves it
+    ((1, 2, 131, 140), 1, 1, 64, (0, 0), (0, 0)),
     # windows past the end of x for several channels (a 1x1 plane), and two channels
     ((2, 20, 1, 1), 1, 1, 1, (1, 1), (1, 1)), ((1, 2, 5, 5), 1, 1, 1, (1, 1), (1, 1))]
 
@@ -537,21 +541,29 @@ def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, t
         else:
             ref = np.rint(want.astype(np.float32) * m.reshape(1, -1, 1, 1)) + 128
         np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
-    wide = xs[-1] == 120
-    assert calls == ([] if wide else [1] * 3)
+    dilated = d == 64
+    assert calls == ([] if dilated else [1] * 3)
 
 
 def test_depthwise_perm_tables():
     # 7x7 plane, stride 1, pad 1: pixel 0's row-0 taps lie in the padding; pixel 8 (row 1, col 1) reads input
     # (0..2, 0..2) around its centre (1, 1)
-    tab, pads, wins, win_end = im2col._dw_perm_tables(7, 7, 7, 7, 1, 1, 1, 1, 1, 1)
+    tab, pads, wins, win_end, row_pitch = im2col._dw_perm_tables(7, 7, 7, 7, 1, 1, 1, 1, 1, 1)
     tab = tab.reshape(4, 3, 16, 4)
-    assert wins.shape == (4, 3) and win_end == wins.max() + 128
+    assert wins.shape == (4, 3) and win_end == wins.max() + 128 and row_pitch == 0  # 16 consecutive pixels a group
     assert pads[0] & 0b0111 == 0b0111  # group 0, kernel row 0, pixel 0: all three taps padded
     for r in range(3):
         assert list(tab[0, r, 8, :3] + wins[0, r]) == [r * 7 + 0, r * 7 + 1, r * 7 + 2]
         assert (int(pads[r]) >> 32) & 0b0111 == 0  # pixel 8: no tap padded
-    assert im2col._dw_perm_tables(6, 120, 3, 60, 2, 2, 1, 1, 1, 1) is None  # windows wider than 128 bytes
+    # 6x120 at stride 2, pad 1: 3x60 outputs; 16 consecutive pixels would cross rows 240 bytes apart, so each row
+    # takes 4 groups of its own (60 = 3 x 16 + 12: the 4th repeats pixel 59 in its last 4 lanes)
+    tab, pads, wins, win_end, row_pitch = im2col._dw_perm_tables(6, 120, 3, 60, 2, 2, 1, 1, 1, 1)
+    assert row_pitch == 64 and wins.shape == (12, 3)
+    tab = tab.reshape(12, 3, 16, 4)
+    # group 5: row 1, pixels 16..31; kernel row 1 reads input row 2, columns 2 * 16 - 1 ..
+    assert wins[5, 1] == 2 * 120 + 31 and list(tab[5, 1, 0, :3]) == [0, 1, 2]
+    assert list(tab[7, 1, 15, :3]) == list(tab[7, 1, 11, :3])  # row 1's tail: pixel 59 again
+    assert im2col._dw_perm_tables(131, 140, 3, 12, 1, 1, 64, 64, 0, 0) is None  # a row's taps 128 bytes apart
 
 
 def test_prepack_conv_checks_zero_points_and_packs_gemm_weights_only_when_used():

@@ -663,20 +663,22 @@ if ig.HAVE_NUMBA:
 
     # Channel by channel in the NCHW layout, when the CPU has VBMI: no transposes at all. For each 16 output
     # pixels of a channel, one vpermb per kernel row gathers their taps from a 128-byte window of the channel's
-    # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run.
+    # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run,
+    # or a run per output row where the groups are a row's (row_pitch > 0: row_len pixels at every row_pitch).
     @njit(cache=True, parallel=True)
     def _depthwise3x3_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
-                           per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8, n_tasks):
+                           row_pitch, row_len, per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8, n_tasks):
         c0s, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, c_in, c_in)
         cp = wq.shape[1]
         jobs = n_img * c_in  # job n * C + c: channel c of image n, whose input and output planes are its job-th
         n_blocks = (jobs + 15) // 16
         n_tasks = min(n_tasks, n_blocks)
+        pitch = per_img if row_pitch == 0 else n_groups * 16  # a channel's accumulators
         for task in prange(n_tasks):  # one run of blocks of 16 channels per thread: one scratch row for the run
             use_512_bit_vectors()
-            # channel j of a block at acc[j * per_img:]; a group's 16 lanes may run past per_img into the next
+            # channel j of a block at acc[j * pitch:]; a group's 16 lanes may run past per_img into the next
             # channel's first group, which is therefore written after it (see depthwise_perm_dot3)
-            acc = np.empty(16 * per_img + 16, np.int32)
+            acc = np.empty(16 * pitch + 16, np.int32)
             for blk in range(task * n_blocks // n_tasks, (task + 1) * n_blocks // n_tasks):
                 job = blk * 16
                 stop = min(jobs, job + 16)
@@ -686,16 +688,23 @@ if ig.HAVE_NUMBA:
                     off = job * plane
                     # channels whose windows would read past the end of x take their planes from a padded copy
                     n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
-                    a0 = (job - blk * 16) * per_img
+                    a0 = (job - blk * 16) * pitch
                     if n_x > 0:
                         depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x,
-                                            acc, a0, per_img)
+                                            acc, a0, pitch)
                     if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
                         scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
                         scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
                         depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s,
-                                            c + n_x, n_ch - n_x, acc, a0 + n_x * per_img, per_img)
-                    if mult_rs == 0:
+                                            c + n_x, n_ch - n_x, acc, a0 + n_x * pitch, pitch)
+                    if row_pitch > 0:
+                        for j in range(n_ch):
+                            m_j = mc[0] if mult_rs == 0 else mc[c + j]
+                            for r in range(per_img // row_len):
+                                at = a0 + j * pitch + r * row_pitch
+                                ig._store_row(acc[at:at + row_len], row_len, (job + j) * per_img + r * row_len, m_j,
+                                              mc, 0, 0, mode, yzp, qmin, qmax, out32, out8)
+                    elif mult_rs == 0:
                         ig._store_row(acc[a0:a0 + n_ch * per_img], n_ch * per_img, job * per_img, mc[0], mc, 0, 0, mode,
                                       yzp, qmin, qmax, out32, out8)
                     else:
@@ -735,16 +744,32 @@ def _parse_geometry(func, raw, n_spatial):
 
 @functools.lru_cache(maxsize=64)  # shared by every PackedConv: the op-level API packs weights on every call
 def _dw_perm_tables(h, w, oh_n, ow_n, sh, sw, dh, dw, pt, pl):
-    """The gather tables of _depthwise3x3_perm for one plane geometry, or None when some 16 consecutive output
-    pixels need input bytes of one kernel row more than 128 apart (a wide plane: the other kernels serve it).
+    """The gather tables of _depthwise3x3_perm for one plane geometry: groups of 16 consecutive output pixels of
+    the plane, or, where some of those need input bytes of one kernel row more than 128 apart (16 pixels that
+    cross output rows of a wide plane: MobileNetV2's 96/2 @112), groups of 16 pixels of one output row each;
+    None where even those do not fit (a kernel row dilated past 128 bytes: the other kernels serve it).
 
     For group g of 16 pixels and kernel row r: wins[g, r], the window's start in the channel's plane; tab[g, r],
     64 bytes: pixel i's taps j < 3 at window offsets [4i + j] (a 4th tap with weight 0 at [4i + 3]); pads[g, r],
-    a bit per byte set for the taps in the padding."""
+    a bit per byte set for the taps in the padding. row_pitch: 0 for consecutive groups, else the accumulators
+    between two output rows' first pixels (their groups' 16 lanes each)."""
     per_img = oh_n * ow_n
     n_groups = -(-per_img // 16)
     pix = np.minimum(np.arange(n_groups * 16), per_img - 1).reshape(n_groups, 16)  # the tail repeats a pixel
-    oh, ow = pix // ow_n, pix % ow_n
+    found = _dw_perm_groups(h, w, pix // ow_n, pix % ow_n, sh, sw, dh, dw, pt, pl)
+    if found is not None:
+        return found + (0,)
+    per_row = -(-ow_n // 16)
+    col = np.minimum(np.arange(per_row * 16), ow_n - 1)  # a row's tail repeats its last pixel
+    oh = np.repeat(np.arange(oh_n), per_row * 16).reshape(oh_n * per_row, 16)
+    ow = np.tile(col, oh_n).reshape(oh_n * per_row, 16)
+    found = _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl)
+    return None if found is None else found + (per_row * 16,)
+
+
+def _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl):
+    """_dw_perm_tables for the groups of output pixels (oh[g], ow[g]) (16 each), or None."""
+    n_groups = oh.shape[0]
     tab = np.zeros((n_groups, 3, 16, 4), np.uint8)
     pads = np.zeros((n_groups, 3), np.uint64)
     wins = np.zeros((n_groups, 3), np.int64)
@@ -1027,11 +1052,11 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
             and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
         # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
         # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
-        tab, pads, wins, win_end = plan.dw_perm()
+        tab, pads, wins, win_end, row_pitch = plan.dw_perm()
         launch.kind, launch.kernel = "perm", _depthwise3x3_perm
         launch.args = (np.int32(launch.flip), np.int32(launch.zau), packed.depthwise_vnni_rows(),
                        packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4],
-                       tab, pads, wins, win_end, wins.shape[0], plan.positions) + tail
+                       tab, pads, wins, win_end, wins.shape[0], row_pitch, out3[2], plan.positions) + tail
         return launch
 
     if (packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
@@ -1369,8 +1394,8 @@ _VIRTUAL_MAX_PANELS = 1.2
 # ConvLaunch.run), not by a fixed size (800,000 multiply-adds before, measured on one VM).
 # Ahead of all of these, on CPUs with AVX-512 VBMI and weights whose centred values fit int8, _depthwise3x3_perm
 # (channel by channel, vpermb gathers, no transposes) takes every plane its 128-byte windows fit (all of
-# MobileNetV2's but 96/2 @112): 1.3-2.8x faster than the best of the others there (1 thread: 960/1 @7 79 -> 45 us,
-# 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us).
+# MobileNetV2's; 96/2 @112 with groups of one output row each): 1.3-2.8x faster than the best of the others there
+# (1 thread: 960/1 @7 79 -> 45 us, 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us, 96/2 @112 366 -> 143 us).
 _DW_CL_MAX_OUT = 784
 _DW_CL_MAX_OUT_S2 = 3136
 _FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
