@@ -387,16 +387,17 @@ def test_depthwise3x3_kernels_match_direct_int64(dw3x3_kernel, case, xdt):
 VNNI_PATHS = [p for p in ("avx512vnni", "avxvnni") if p in PATHS]
 
 
-def int8_centred_case(rng, xs, xdt):
-    """x, 3x3 depthwise weights and zero points whose centred values fit int8 (the vpdpbusd kernels' condition;
+def int8_centred_case(rng, xs, xdt, k=3):
+    """x, k x k depthwise weights and zero points whose centred values fit int8 (the vpdpbusd kernels' condition;
     channel 0 holds the extremes -128 and 127), x's zero point and a bias."""
     c = xs[1]
     x = rand(rng, xs, xdt)
     zw = rng.integers(-64, 64, c).astype(I8)
-    w = (rng.integers(-128, 128, (c, 1, 3, 3)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
+    w = (rng.integers(-128, 128, (c, 1, k, k)) // 2 + zw.reshape(-1, 1, 1, 1)).astype(I8)
     zw[0] = 0
     w[0] = 0
-    w.reshape(c, 9)[0, :2] = (-128, 127)
+    w.reshape(c, k * k)[0, :2] = (-128, 127)
+    w.reshape(c, k * k)[0, -1] = -128  # the last tap (5x5: alone in its row's second group of 4)
     return x, w, zw, rand(rng, (), xdt), rng.integers(-2**24, 2**24, c).astype(np.int32)
 
 
@@ -517,7 +518,7 @@ PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [
 @pytest.mark.parametrize("case", PERM_CASES)
 @pytest.mark.parametrize("xdt", [U8, I8])
 @pytest.mark.parametrize("threads_serial", [False, True])
-def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
+def test_depthwise_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
     # the vpermb kernel, with centred weights at the extremes of int8, on one thread and on all of them
     for name, value in dict(PERM_ALL, _FORCE_SERIAL=threads_serial).items():
         monkeypatch.setattr(im2col, name, value)
@@ -528,8 +529,8 @@ def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, t
     packed = im2col.prepack_conv(w, zw, c)
     g = geo((s, s), (d, d), pb, pe)
     calls = []
-    real = im2col._depthwise3x3_perm
-    monkeypatch.setattr(im2col, "_depthwise3x3_perm", lambda *a: (calls.append(1), real(*a))[1])
+    real = im2col._depthwise_perm
+    monkeypatch.setattr(im2col, "_depthwise_perm", lambda *a: (calls.append(1), real(*a))[1])
     got = im2col.conv(x, za, packed, bias, g, path="avx512vnni")
     want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
     np.testing.assert_array_equal(got, want)
@@ -543,6 +544,53 @@ def test_depthwise3x3_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, t
         np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
     dilated = d == 64
     assert calls == ([] if dilated else [1] * 3)
+
+
+PERM5_CASES = [  # (x shape, strides, dilations, pads begin, pads end) of 5x5 depthwise convolutions
+    ((2, 5, 12, 11), (1, 1), (1, 1), (2, 2), (2, 2)),
+    ((1, 20, 6, 96), (1, 1), (1, 1), (2, 2), (2, 2)),  # the OCR classifier's planes; two blocks of 16 channels
+    ((1, 17, 6, 96), (2, 1), (1, 1), (2, 2), (2, 2)),  # stride (2, 1): 16 pixels crossing rows are 192 bytes apart
+    ((1, 3, 9, 70), (2, 2), (1, 1), (2, 2), (2, 2)),
+    ((1, 4, 11, 13), (1, 1), (2, 2), (4, 3), (3, 4)),  # dilated, uneven padding
+    ((2, 20, 1, 1), (1, 1), (1, 1), (2, 2), (2, 2))]  # windows past the end of x
+
+
+@pytest.mark.skipif(not ("avx512vnni" in PATHS and im2col._has_vbmi()), reason="no AVX-512 VBMI and VNNI")
+@pytest.mark.parametrize("case", PERM5_CASES)
+@pytest.mark.parametrize("xdt", [U8, I8])
+@pytest.mark.parametrize("threads_serial", [False, True])
+def test_depthwise_perm_kernel_5x5_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
+    # the vpermb kernel's 5x5 form (two groups of 4 taps a kernel row), against the int64 oracle
+    for name, value in dict(PERM_ALL, _FORCE_SERIAL=threads_serial).items():
+        monkeypatch.setattr(im2col, name, value)
+    xs, s, d, pb, pe = case
+    c = xs[1]
+    rng = np.random.default_rng(xs[-1] * 7 + s[0] + 3 * d[0])
+    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt, k=5)
+    packed = im2col.prepack_conv(w, zw, c)
+    g = geo(s, d, pb, pe)
+    calls = []
+    real = im2col._depthwise_perm
+    monkeypatch.setattr(im2col, "_depthwise_perm", lambda *a: (calls.append(1), real(*a))[1])
+    want = direct_conv(x, za, w, zw, bias, c, s, d, pb, pe)
+    np.testing.assert_array_equal(im2col.conv(x, za, packed, bias, g, path="avx512vnni"), want)
+    m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
+    y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, "float64"), path="avx512vnni")
+    ref = np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128)
+    np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
+    assert calls == [1] * 2
+
+
+def test_depthwise_vnni_rows_of_a_5x5_kernel():
+    # per kernel row, taps 0-3 as one int32 of signed bytes and tap 4 with three zero bytes
+    w = np.arange(-60, 40, dtype=I8).reshape(4, 1, 5, 5)
+    rows = im2col.prepack_conv(w, I8(0), 4).depthwise_vnni_rows()
+    assert rows.shape == (10, 16)
+    b = rows.view(I8).reshape(10, 16, 4)
+    for ch in range(4):
+        for r in range(5):
+            assert list(b[2 * r, ch]) == list(w[ch, 0, r, :4]) and list(b[2 * r + 1, ch]) == [w[ch, 0, r, 4], 0, 0, 0]
+    assert not b[:, 4:].any()
 
 
 def test_depthwise_perm_tables():

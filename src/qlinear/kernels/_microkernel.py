@@ -378,15 +378,19 @@ def _make_taps9_pairs():
 depthwise_taps9_pairs = _make_taps9_pairs()
 
 
-def _make_perm_dot3():
+def _make_perm_dot(kh: int, per_row: int):
+    """The vpermb depthwise microkernel of a kernel of ``kh`` rows whose taps take ``per_row`` vpdpbusd groups of 4
+    bytes a row (kw <= 4 * per_row): its loops over rows and groups are unrolled, so each shape is its own
+    intrinsic (made at import: numba caches the kernels that call module-level intrinsics)."""
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     bytes64 = ir.VectorType(i8, 64)
     vec = ir.VectorType(i32, 16)
     mask64 = ir.VectorType(ir.IntType(1), 64)
+    dots = kh * per_row  # vpdpbusd per 16 pixels and channel
 
     @intrinsic
-    def perm_dot3(typingctx, src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc,
-                  a_off, a_stride):
+    def perm_dot(typingctx, src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc,
+                 a_off, a_stride):
         sig = types.void(src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc,
                          a_off, a_stride)
 
@@ -420,34 +424,37 @@ def _make_perm_dot3():
                 # first group, written after them
                 g = builder.sub(builder.sub(n_groups_v, ir.Constant(i64, 1)), group_loop.index)
                 # the group's tables, loaded once for all the channels
-                idx = [load(t_ptr, builder.add(builder.mul(g, ir.Constant(i64, 192)), ir.Constant(i64, 64 * r)),
-                            bytes64, 1) for r in range(3)]
-                pad = [builder.bitcast(load(p_ptr, builder.add(builder.mul(g, ir.Constant(i64, 3)),
-                                                              ir.Constant(i64, r)), i64, 8), mask64) for r in range(3)]
-                wins = [builder.add(off_v, load(n_ptr, builder.add(builder.mul(g, ir.Constant(i64, 3)),
-                                                                   ir.Constant(i64, r)), i64, 8)) for r in range(3)]
+                idx = [load(t_ptr, builder.add(builder.mul(g, ir.Constant(i64, 64 * dots)), ir.Constant(i64, 64 * t)),
+                            bytes64, 1) for t in range(dots)]
+                pad = [builder.bitcast(load(p_ptr, builder.add(builder.mul(g, ir.Constant(i64, dots)),
+                                                              ir.Constant(i64, t)), i64, 8), mask64)
+                       for t in range(dots)]
+                wins = [builder.add(off_v, load(n_ptr, builder.add(builder.mul(g, ir.Constant(i64, kh)),
+                                                                   ir.Constant(i64, r)), i64, 8)) for r in range(kh)]
                 dst0 = builder.add(a_off_v, builder.mul(g, ir.Constant(i64, 16)))
                 with cgutils.for_range(builder, arg(13)) as loop:
                     j = loop.index
                     c = builder.add(c_first_v, j)
                     base = builder.mul(j, plane_v)
                     s = splat(builder, load(c_ptr, c, i32, 4), vec)
-                    for r in range(3):
+                    for r in range(kh):
                         at = builder.add(base, wins[r])
                         lo = load(x_ptr, at, bytes64, 1)
                         hi = load(x_ptr, builder.add(at, ir.Constant(i64, 64)), bytes64, 1)
-                        taps = builder.xor(builder.call(perm, [lo, idx[r], hi]), flip_v)
-                        taps = builder.select(pad[r], za_v, taps)
-                        w_at = builder.add(c, builder.mul(cp_v, ir.Constant(i64, r)))
-                        w = splat(builder, load(w_ptr, w_at, i32, 4), vec)
-                        s = builder.call(dot, [s, builder.bitcast(taps, vec), w])
+                        for d in range(per_row):
+                            t = r * per_row + d
+                            taps = builder.xor(builder.call(perm, [lo, idx[t], hi]), flip_v)
+                            taps = builder.select(pad[t], za_v, taps)
+                            w_at = builder.add(c, builder.mul(cp_v, ir.Constant(i64, t)))
+                            w = splat(builder, load(w_ptr, w_at, i32, 4), vec)
+                            s = builder.call(dot, [s, builder.bitcast(taps, vec), w])
                     dst = builder.add(dst0, builder.mul(j, a_stride_v))
                     builder.store(s, builder.bitcast(builder.gep(a_ptr, [dst]), vec.as_pointer()), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    return perm_dot3
+    return perm_dot
 
 
 # For channels c = c_first + j, j < n_ch, of a 3x3 depthwise convolution and each group g < n_groups of 16 output
@@ -456,5 +463,8 @@ def _make_perm_dot3():
 # bytes of kernel row r and a 4th (weight 0) as one 32-bit group, by the 64 index bytes tab[192 g + 64 r:]; the bits
 # of pads[3 g + r] mark the taps in the padding, which take za. wq[r, c]: the row's 3 signed weights and a 0 (cp =
 # wq's row pitch). See im2col._dw_perm_tables.
-# Needs AVX-512 VBMI and VNNI (Ice Lake and later; Cascade Lake has VNNI but no VBMI).
-depthwise_perm_dot3 = _make_perm_dot3()
+# Needs AVX-512 VBMI and VNNI (Ice Lake and later, AMD Zen 4; Cascade Lake has VNNI but no VBMI).
+depthwise_perm_dot3 = _make_perm_dot(3, 1)
+# The same for a 5x5 kernel: each kernel row's taps 0-3 and tap 4 (beside 3 taps of weight 0) as two groups, so t
+# = 2r + d indexes tab[dots * 64 g + 64 t:], pads[dots * g + t] and wq[t, c], dots = 10.
+depthwise_perm_dot5 = _make_perm_dot(5, 2)

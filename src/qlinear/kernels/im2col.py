@@ -37,6 +37,7 @@ if ig.HAVE_NUMBA:
 
     from qlinear.kernels._byte_moves import transpose16, transpose32, zip4x16
     from qlinear.kernels._microkernel import (depthwise_dot3_256, depthwise_dot3_512, depthwise_perm_dot3,
+                                              depthwise_perm_dot5,
                                               depthwise_taps9_pairs)
     from qlinear.kernels._vector_width import host_has, use_512_bit_vectors
 
@@ -132,17 +133,23 @@ class PackedConv:
         return self.w_centered_t
 
     def depthwise_vnni_rows(self):
-        """A 3x3 depthwise kernel's centred weights as vpdpbusd groups, one int32 per (kernel row, channel):
-        the row's 3 weights as signed bytes and a 0. None when a centred weight does not fit int8."""
+        """A 2-D depthwise kernel's centred weights as vpdpbusd groups, one int32 per (kernel row, group of 4
+        taps of the row, channel): taps 4d..4d+3 of each row as signed bytes, 0 past its kw taps ((3, M') for 3x3,
+        (10, M') for 5x5; M' = M rounded up to 16). None when a centred weight does not fit int8, or for other
+        than 2-D kernels of at most 8 taps a row."""
         if self._vnni_rows is False:
             wc = self.w_centered
-            if wc.min(initial=0) < -128 or wc.max(initial=0) > 127:
+            if (len(self.kernel) != 2 or self.kernel[1] > 8 or wc.min(initial=0) < -128
+                    or wc.max(initial=0) > 127):
                 self._vnni_rows = None
             else:
+                kh, kw = self.kernel
+                per_row = -(-kw // 4)
                 cp = -(-self.out_channels // 16) * 16
-                g = np.zeros((3, cp, 4), np.int8)
-                g[:, :self.out_channels, :3] = wc.reshape(-1, 3, 3).transpose(1, 0, 2)
-                self._vnni_rows = np.ascontiguousarray(g).view(np.int32).reshape(3, cp)
+                g = np.zeros((kh, per_row * 4, cp), np.int8)
+                g[:, :kw, :self.out_channels] = wc.reshape(-1, kh, kw).transpose(1, 2, 0)
+                g = g.reshape(kh, per_row, 4, cp).transpose(0, 1, 3, 2)  # (row, group, channel, byte)
+                self._vnni_rows = np.ascontiguousarray(g).view(np.int32).reshape(kh * per_row, cp)
         return self._vnni_rows
 
     def depthwise_pair_taps(self):
@@ -661,13 +668,24 @@ if ig.HAVE_NUMBA:
                                   qmax, out32, out8)
 
 
+    @njit(cache=True, inline="always")
+    def _perm_dot(src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch, acc, a_off,
+                  a_stride):
+        """The microkernel of the kernel's height (wins holds one window per kernel row: 3 or 5)."""
+        if wins.shape[1] == 3:
+            depthwise_perm_dot3(src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch,
+                                acc, a_off, a_stride)
+        else:
+            depthwise_perm_dot5(src, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c_first, n_ch,
+                                acc, a_off, a_stride)
+
     # Channel by channel in the NCHW layout, when the CPU has VBMI: no transposes at all. For each 16 output
     # pixels of a channel, one vpermb per kernel row gathers their taps from a 128-byte window of the channel's
     # plane into vpdpbusd groups (tables from _dw_perm_tables), and the channel's outputs are stored as one run,
     # or a run per output row where the groups are a row's (row_pitch > 0: row_len pixels at every row_pitch).
     @njit(cache=True, parallel=True)
-    def _depthwise3x3_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
-                           row_pitch, row_len, per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8, n_tasks):
+    def _depthwise_perm(x, flip, za, wq, wt, bias, n_img, c_in, plane, tab, pads, wins, win_end, n_groups,
+                        row_pitch, row_len, per_img, mult, mult_rs, mode, yzp, qmin, qmax, out32, out8, n_tasks):
         c0s, mc = _dw_cl_constants(za, wt, bias, mult, mult_rs, c_in, c_in)
         cp = wq.shape[1]
         jobs = n_img * c_in  # job n * C + c: channel c of image n, whose input and output planes are its job-th
@@ -690,13 +708,13 @@ if ig.HAVE_NUMBA:
                     n_x = min(n_ch, max(0, (x.size - win_end - off) // plane + 1))
                     a0 = (job - blk * 16) * pitch
                     if n_x > 0:
-                        depthwise_perm_dot3(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x,
-                                            acc, a0, pitch)
+                        _perm_dot(x, off, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c, n_x, acc, a0,
+                                  pitch)
                     if n_x < n_ch:  # after the others: their last group's lanes may run into these channels' first
                         scratch = np.zeros((n_ch - n_x) * plane + win_end, np.uint8)
                         scratch[:(n_ch - n_x) * plane] = x[off + n_x * plane:off + n_ch * plane]
-                        depthwise_perm_dot3(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s,
-                                            c + n_x, n_ch - n_x, acc, a0 + n_x * pitch, pitch)
+                        _perm_dot(scratch, 0, plane, wins, n_groups, tab, pads, flip, za, wq, cp, c0s, c + n_x,
+                                  n_ch - n_x, acc, a0 + n_x * pitch, pitch)
                     if row_pitch > 0:
                         for j in range(n_ch):
                             m_j = mc[0] if mult_rs == 0 else mc[c + j]
@@ -743,40 +761,44 @@ def _parse_geometry(func, raw, n_spatial):
 
 
 @functools.lru_cache(maxsize=64)  # shared by every PackedConv: the op-level API packs weights on every call
-def _dw_perm_tables(h, w, oh_n, ow_n, sh, sw, dh, dw, pt, pl):
-    """The gather tables of _depthwise3x3_perm for one plane geometry: groups of 16 consecutive output pixels of
+def _dw_perm_tables(h, w, oh_n, ow_n, sh, sw, dh, dw, pt, pl, kh=3, kw=3):
+    """The gather tables of _depthwise_perm for one plane geometry and a kh x kw kernel (kw <= 8; the microkernels
+    take 3x3 and 5x5): groups of 16 consecutive output pixels of
     the plane, or, where some of those need input bytes of one kernel row more than 128 apart (16 pixels that
     cross output rows of a wide plane: MobileNetV2's 96/2 @112), groups of 16 pixels of one output row each;
     None where even those do not fit (a kernel row dilated past 128 bytes: the other kernels serve it).
 
-    For group g of 16 pixels and kernel row r: wins[g, r], the window's start in the channel's plane; tab[g, r],
-    64 bytes: pixel i's taps j < 3 at window offsets [4i + j] (a 4th tap with weight 0 at [4i + 3]); pads[g, r],
-    a bit per byte set for the taps in the padding. row_pitch: 0 for consecutive groups, else the accumulators
-    between two output rows' first pixels (their groups' 16 lanes each)."""
+    For group g of 16 pixels and kernel row r: wins[g, r], the window's start in the channel's plane; for each
+    group d of 4 taps of the row (t = r * per_row + d, per_row = ceil(kw / 4)), tab[g, t], 64 bytes: pixel i's
+    taps 4d + j < kw at window offsets [4i + j] (the others, weight 0, at offset 0); pads[g, t], a bit per byte set
+    for the taps in the padding. row_pitch: 0 for consecutive groups, else the accumulators between two output
+    rows' first pixels (their groups' 16 lanes each)."""
     per_img = oh_n * ow_n
     n_groups = -(-per_img // 16)
     pix = np.minimum(np.arange(n_groups * 16), per_img - 1).reshape(n_groups, 16)  # the tail repeats a pixel
-    found = _dw_perm_groups(h, w, pix // ow_n, pix % ow_n, sh, sw, dh, dw, pt, pl)
+    found = _dw_perm_groups(h, w, pix // ow_n, pix % ow_n, sh, sw, dh, dw, pt, pl, kh, kw)
     if found is not None:
         return found + (0,)
     per_row = -(-ow_n // 16)
     col = np.minimum(np.arange(per_row * 16), ow_n - 1)  # a row's tail repeats its last pixel
     oh = np.repeat(np.arange(oh_n), per_row * 16).reshape(oh_n * per_row, 16)
     ow = np.tile(col, oh_n).reshape(oh_n * per_row, 16)
-    found = _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl)
+    found = _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl, kh, kw)
     return None if found is None else found + (per_row * 16,)
 
 
-def _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl):
+def _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl, kh, kw):
     """_dw_perm_tables for the groups of output pixels (oh[g], ow[g]) (16 each), or None."""
-    n_groups = oh.shape[0]
-    tab = np.zeros((n_groups, 3, 16, 4), np.uint8)
-    pads = np.zeros((n_groups, 3), np.uint64)
-    wins = np.zeros((n_groups, 3), np.int64)
-    for r in range(3):
+    n_groups, per_row = oh.shape[0], -(-kw // 4)
+    tab = np.zeros((n_groups, kh, per_row, 16, 4), np.uint8)
+    pads = np.zeros((n_groups, kh, per_row), np.uint64)
+    wins = np.zeros((n_groups, kh), np.int64)
+    taps = np.arange(per_row * 4)
+    for r in range(kh):
         ih = (oh * sh + r * dh - pt)[:, :, None]
-        iw = (ow * sw - pl)[:, :, None] + np.arange(3) * dw
-        inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+        iw = (ow * sw - pl)[:, :, None] + taps * dw
+        real = taps < kw
+        inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w) & real
         at = ih * w + iw
         for g in range(n_groups):
             used = at[g][inside[g]]
@@ -784,10 +806,11 @@ def _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl):
                 wins[g, r] = used.min()
                 if used.max() - used.min() >= 128:
                     return None
-            tab[g, r, :, :3] = np.where(inside[g], at[g] - wins[g, r], 0)
-            bits = np.zeros((16, 4), bool)
-            bits[:, :3] = ~inside[g]
-            pads[g, r] = int(np.packbits(bits.reshape(-1), bitorder="little").view("<u8")[0])
+            offsets = np.where(inside[g], at[g] - wins[g, r], 0).reshape(16, per_row, 4)
+            padded = (~inside[g] & real).reshape(16, per_row, 4)
+            for d in range(per_row):
+                tab[g, r, d] = offsets[:, d]
+                pads[g, r, d] = int(np.packbits(padded[:, d].reshape(-1), bitorder="little").view("<u8")[0])
     return tab.reshape(-1), pads.reshape(-1), wins, int(wins.max()) + 128
 
 
@@ -798,7 +821,8 @@ class _Plan:
         """_dw_perm_tables for this 2-D geometry (computed on first use), or None."""
         if self._dw_perm is False:
             self._dw_perm = _dw_perm_tables(self.x3_shape[3], self.x3_shape[4], self.out3[1], self.out3[2],
-                                            self.s3[1], self.s3[2], self.d3[1], self.d3[2], self.pb3[1], self.pb3[2])
+                                            self.s3[1], self.s3[2], self.d3[1], self.d3[2], self.pb3[1], self.pb3[2],
+                                            self.kern3[1], self.kern3[2])
         return self._dw_perm
 
     def _virtual_columns(self, n_img, nr, span, plane_pitch, row_pitch, out_channels):
@@ -1047,13 +1071,13 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     launch.flip, launch.zau = (0x80, za + 128) if x_dtype == np.int8 else (0, za)
     kern3, s3, d3, out3 = plan.kern3, plan.s3, plan.d3, plan.out3
     tail = (rq.mult, rq.rs, rq.mode, rq.yzp, rq.qmin, rq.qmax)
-    if (_DW_PERM and packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1 and kern3 == (1, 3, 3)
-            and path == "avx512vnni" and _has_vbmi()
+    if (_DW_PERM and packed.depthwise and m_total == c_in and plan.xp_shape[2] == 1
+            and kern3 in ((1, 3, 3), (1, 5, 5)) and path == "avx512vnni" and _has_vbmi()
             and packed.depthwise_vnni_rows() is not None and plan.dw_perm() is not None):
         # on a CPU with VBMI, any plane whose 16-pixel groups fit 128-byte windows: channel by channel, taps
-        # gathered by vpermb (_depthwise3x3_perm; see the measurements at _DW_PERM)
+        # gathered by vpermb (_depthwise_perm; see the measurements at _DW_PERM)
         tab, pads, wins, win_end, row_pitch = plan.dw_perm()
-        launch.kind, launch.kernel = "perm", _depthwise3x3_perm
+        launch.kind, launch.kernel = "perm", _depthwise_perm
         launch.args = (np.int32(launch.flip), np.int32(launch.zau), packed.depthwise_vnni_rows(),
                        packed.centered_taps_first(), bias_full, n_img, c_in, plan.x3_shape[3] * plan.x3_shape[4],
                        tab, pads, wins, win_end, wins.shape[0], row_pitch, out3[2], plan.positions) + tail
@@ -1392,7 +1416,7 @@ _VIRTUAL_MAX_PANELS = 1.2
 # _depthwise with its fused 9-tap loop (1.1-1.3x faster than the tap-by-tap loop) is used instead.
 # Whether a layer runs on one thread or on all is measured per layer shape (threads.SerialOrParallel, in
 # ConvLaunch.run), not by a fixed size (800,000 multiply-adds before, measured on one VM).
-# Ahead of all of these, on CPUs with AVX-512 VBMI and weights whose centred values fit int8, _depthwise3x3_perm
+# Ahead of all of these, on CPUs with AVX-512 VBMI and weights whose centred values fit int8, _depthwise_perm
 # (channel by channel, vpermb gathers, no transposes) takes every plane its 128-byte windows fit (all of
 # MobileNetV2's; 96/2 @112 with groups of one output row each): 1.3-2.8x faster than the best of the others there
 # (1 thread: 960/1 @7 79 -> 45 us, 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us, 96/2 @112 366 -> 143 us).
