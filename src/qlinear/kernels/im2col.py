@@ -1420,6 +1420,8 @@ _VIRTUAL_MAX_PANELS = 1.2
 # (channel by channel, vpermb gathers, no transposes) takes every plane its 128-byte windows fit (all of
 # MobileNetV2's; 96/2 @112 with groups of one output row each): 1.3-2.8x faster than the best of the others there
 # (1 thread: 960/1 @7 79 -> 45 us, 144/2 @56 185 -> 68 us, 32/1 @112 319 -> 205 us, 96/2 @112 366 -> 143 us).
+# It takes 5x5 kernels too (the OCR models' depthwise layers, which only _depthwise served: 2.2-4.6x faster,
+# 208/1 @2x96 batch 8 628 -> 235 us).
 _DW_CL_MAX_OUT = 784
 _DW_CL_MAX_OUT_S2 = 3136
 _FORCE_SERIAL = None  # tests: True or False runs every call on one thread or on all, unmeasured
