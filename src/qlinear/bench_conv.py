@@ -66,6 +66,12 @@ def layers(batch: int = 1) -> list[dict]:
     return out
 
 
+def _strides(layer: dict) -> list[int]:
+    """A layer's strides: its "stride", one for both axes, or (height, width)."""
+    s = layer["stride"]
+    return [s, s] if isinstance(s, int) else list(s)
+
+
 def data(layer: dict, weights: str = "7bit", seed: int = 0) -> dict:
     """Deterministic operands of one layer."""
     rng = np.random.default_rng(seed)
@@ -96,12 +102,12 @@ def time_qlinear(selected: list[dict], thread_counts, weights: str, min_total: f
     out = {}
     for layer in selected:
         d = data(layer, weights)
-        p, s = layer["pad"], layer["stride"]
+        p, s = layer["pad"], _strides(layer)
         packed = qlinear.prepack_conv(d["w"], d["w_zp"], group=layer["group"])
 
         def call():
             return qlinear.qlinear_conv(d["x"], d["x_scale"], d["x_zp"], packed, d["w_scale"], d["w_zp"],
-                                        d["y_scale"], d["y_zp"], d["bias"], pads=[p] * 4, strides=[s, s],
+                                        d["y_scale"], d["y_zp"], d["bias"], pads=[p] * 4, strides=s,
                                         group=layer["group"])
 
         for threads in thread_counts:
@@ -113,11 +119,11 @@ def time_qlinear(selected: list[dict], thread_counts, weights: str, min_total: f
 def _onnx_model(layer: dict, d: dict):
     from onnx import TensorProto, helper, numpy_helper
 
-    p, s = layer["pad"], layer["stride"]
+    p, s = layer["pad"], _strides(layer)
     inits = [numpy_helper.from_array(np.asarray(d[k]), k) for k in
              ("x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp", "bias")]
     node = helper.make_node("QLinearConv", ["x", "x_scale", "x_zp", "w", "w_scale", "w_zp", "y_scale", "y_zp", "bias"],
-                            ["y"], pads=[p] * 4, strides=[s, s], group=layer["group"])
+                            ["y"], pads=[p] * 4, strides=s, group=layer["group"])
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.UINT8, list(layer["x"]))],
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -299,8 +299,13 @@ if ig.HAVE_NUMBA:
                                     wv = wc[o, tap]
                                     tap += 1
                                     src = row + kw * dw
-                                    for t in range(ow_n):
-                                        acc[t] += np.int32((np.int32(xp[src + t * sw]) - za) * wv)
+                                    if sw == 1:  # a contiguous run: one vector loop (the strided form is scalar)
+                                        xs = xp[src:src + ow_n]
+                                        for t in range(ow_n):
+                                            acc[t] += np.int32((np.int32(xs[t]) - za) * wv)
+                                    else:
+                                        for t in range(ow_n):
+                                            acc[t] += np.int32((np.int32(xp[src + t * sw]) - za) * wv)
                         dst = obase + (od * oh_n + oh) * ow_n
                         ig._store_row(acc, ow_n, dst, m, mult, 0, 0, mode, yzp, qmin, qmax, out32, out8)
 
