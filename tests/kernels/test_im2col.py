@@ -504,15 +504,23 @@ def test_depthwise_pair_taps_refuses_pairs_past_128():
     assert im2col.prepack_conv(np.zeros((2, 1, 3, 5), I8), I8(0), 2).depthwise_pair_taps() is None  # not 3x3
 
 
-PERM_CASES = [c for c in DW3X3_CASES if c[1] == 1] + [
+# kernel size, x shape, strides, dilations, pads begin, pads end
+PERM_CASES = [(3, xs, (st, st), (d, d), pb, pe) for xs, mult, st, d, pb, pe in DW3X3_CASES if mult == 1] + [
     # a plane too wide for 128-byte windows across rows (16 pixels that cross rows need bytes 2 x 120 apart):
     # groups of a row each, 60 outputs a row in 4 groups (the last repeating its last pixel); and 56 of 112
-    ((1, 3, 6, 120), 1, 2, 1, (1, 1), (1, 1)), ((2, 5, 7, 112), 1, 2, 1, (1, 1), (1, 1)),
-    ((1, 20, 9, 70), 1, 2, 1, (1, 1), (1, 1)),  # 20 channels: two blocks of 16
+    (3, (1, 3, 6, 120), (2, 2), (1, 1), (1, 1), (1, 1)), (3, (2, 5, 7, 112), (2, 2), (1, 1), (1, 1), (1, 1)),
+    (3, (1, 20, 9, 70), (2, 2), (1, 1), (1, 1), (1, 1)),  # 20 channels: two blocks of 16
     # a kernel row dilated past 128 bytes: another kernel serves it
-    ((1, 2, 131, 140), 1, 1, 64, (0, 0), (0, 0)),
+    (3, (1, 2, 131, 140), (1, 1), (64, 64), (0, 0), (0, 0)),
     # windows past the end of x for several channels (a 1x1 plane), and two channels
-    ((2, 20, 1, 1), 1, 1, 1, (1, 1), (1, 1)), ((1, 2, 5, 5), 1, 1, 1, (1, 1), (1, 1))]
+    (3, (2, 20, 1, 1), (1, 1), (1, 1), (1, 1), (1, 1)), (3, (1, 2, 5, 5), (1, 1), (1, 1), (1, 1), (1, 1)),
+    # 5x5: two vpdpbusd groups a kernel row (taps 0-3, and tap 4 beside three of weight 0)
+    (5, (2, 5, 12, 11), (1, 1), (1, 1), (2, 2), (2, 2)),
+    (5, (1, 20, 6, 96), (1, 1), (1, 1), (2, 2), (2, 2)),  # the OCR classifier's planes; two blocks of 16 channels
+    (5, (1, 17, 6, 96), (2, 1), (1, 1), (2, 2), (2, 2)),  # stride (2, 1): pixels crossing rows are 192 bytes apart
+    (5, (1, 3, 9, 70), (2, 2), (1, 1), (2, 2), (2, 2)),
+    (5, (1, 4, 11, 13), (1, 1), (2, 2), (4, 3), (3, 4)),  # dilated, uneven padding
+    (5, (2, 20, 1, 1), (1, 1), (1, 1), (2, 2), (2, 2))]  # windows past the end of x
 
 
 @pytest.mark.skipif(not ("avx512vnni" in PATHS and im2col._has_vbmi()), reason="no AVX-512 VBMI and VNNI")
@@ -523,17 +531,17 @@ def test_depthwise_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, thre
     # the vpermb kernel, with centred weights at the extremes of int8, on one thread and on all of them
     for name, value in dict(PERM_ALL, _FORCE_SERIAL=threads_serial).items():
         monkeypatch.setattr(im2col, name, value)
-    xs, _mult, s, d, pb, pe = case
+    k, xs, s, d, pb, pe = case
     c = xs[1]
-    rng = np.random.default_rng(len(xs) * 41 + s * 3 + d + xs[-1])
-    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt)
+    rng = np.random.default_rng(len(xs) * 41 + s[0] * 3 + s[1] + d[0] + xs[-1] + k)
+    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt, k)
     packed = im2col.prepack_conv(w, zw, c)
-    g = geo((s, s), (d, d), pb, pe)
+    g = geo(s, d, pb, pe)
     calls = []
     real = im2col._depthwise_perm
     monkeypatch.setattr(im2col, "_depthwise_perm", lambda *a: (calls.append(1), real(*a))[1])
     got = im2col.conv(x, za, packed, bias, g, path="avx512vnni")
-    want = direct_conv(x, za, w, zw, bias, c, (s, s), (d, d), pb, pe)
+    want = direct_conv(x, za, w, zw, bias, c, s, d, pb, pe)
     np.testing.assert_array_equal(got, want)
     m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
     for mode in ("float64", "float32"):
@@ -543,43 +551,8 @@ def test_depthwise_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, thre
         else:
             ref = np.rint(want.astype(np.float32) * m.reshape(1, -1, 1, 1)) + 128
         np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
-    dilated = d == 64
+    dilated = d[0] == 64
     assert calls == ([] if dilated else [1] * 3)
-
-
-PERM5_CASES = [  # (x shape, strides, dilations, pads begin, pads end) of 5x5 depthwise convolutions
-    ((2, 5, 12, 11), (1, 1), (1, 1), (2, 2), (2, 2)),
-    ((1, 20, 6, 96), (1, 1), (1, 1), (2, 2), (2, 2)),  # the OCR classifier's planes; two blocks of 16 channels
-    ((1, 17, 6, 96), (2, 1), (1, 1), (2, 2), (2, 2)),  # stride (2, 1): 16 pixels crossing rows are 192 bytes apart
-    ((1, 3, 9, 70), (2, 2), (1, 1), (2, 2), (2, 2)),
-    ((1, 4, 11, 13), (1, 1), (2, 2), (4, 3), (3, 4)),  # dilated, uneven padding
-    ((2, 20, 1, 1), (1, 1), (1, 1), (2, 2), (2, 2))]  # windows past the end of x
-
-
-@pytest.mark.skipif(not ("avx512vnni" in PATHS and im2col._has_vbmi()), reason="no AVX-512 VBMI and VNNI")
-@pytest.mark.parametrize("case", PERM5_CASES)
-@pytest.mark.parametrize("xdt", [U8, I8])
-@pytest.mark.parametrize("threads_serial", [False, True])
-def test_depthwise_perm_kernel_5x5_matches_direct_int64(monkeypatch, case, xdt, threads_serial):
-    # the vpermb kernel's 5x5 form (two groups of 4 taps a kernel row), against the int64 oracle
-    for name, value in dict(PERM_ALL, _FORCE_SERIAL=threads_serial).items():
-        monkeypatch.setattr(im2col, name, value)
-    xs, s, d, pb, pe = case
-    c = xs[1]
-    rng = np.random.default_rng(xs[-1] * 7 + s[0] + 3 * d[0])
-    x, w, zw, za, bias = int8_centred_case(rng, xs, xdt, k=5)
-    packed = im2col.prepack_conv(w, zw, c)
-    g = geo(s, d, pb, pe)
-    calls = []
-    real = im2col._depthwise_perm
-    monkeypatch.setattr(im2col, "_depthwise_perm", lambda *a: (calls.append(1), real(*a))[1])
-    want = direct_conv(x, za, w, zw, bias, c, s, d, pb, pe)
-    np.testing.assert_array_equal(im2col.conv(x, za, packed, bias, g, path="avx512vnni"), want)
-    m = rng.uniform(1e-6, 1e-4, c).astype(np.float32)
-    y = im2col.conv(x, za, packed, bias, g, (m, U8(128), U8, "float64"), path="avx512vnni")
-    ref = np.rint(want.astype(np.float64) * m.astype(np.float64).reshape(1, -1, 1, 1) + 128)
-    np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
-    assert calls == [1] * 2
 
 
 def test_depthwise_vnni_rows_of_a_5x5_kernel():
