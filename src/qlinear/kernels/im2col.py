@@ -210,8 +210,10 @@ if ig.HAVE_NUMBA:
         plane = dp * hp * wpd
         per_img = od_n * oh_n * ow_n
         virtual = sh == sw and (sw == 1 or sw == 2)
-        # 2-D 3x3 kernels: the 9 taps in one vector loop (_taps9), accumulator in registers
+        # 2-D 3x3 kernels: the 9 taps in one vector loop (_taps9), accumulator in registers; 2-D kernels 5 wide:
+        # a kernel row's 5 taps in one (_taps5), on the virtual plane or on each output row (strides 1 or 2 along W)
         fuse3x3 = fuse and virtual and kd_n == 1 and kh_n == 3 and kw_n == 3
+        fuse5 = fuse and kd_n == 1 and kw_n == 5 and (sw == 1 or sw == 2)
         vlen = (oh_n - 1) * wpd + ow_n
         # trip counts rounded up to 32 lanes so that LLVM's vector loop does all the work (reads past the
         # plane land in the next plane or in xp's slack; the extra sums are never stored)
@@ -225,6 +227,8 @@ if ig.HAVE_NUMBA:
             q8 = np.empty(vlen_r, np.uint8)
             offs = np.empty(9, np.int64)
             wv9 = np.empty(9, np.int32)
+            offs5 = np.empty(5, np.int64)
+            wv5 = np.empty(5, np.int32)
             for task in range(chunk * n_tasks // n_chunks, (chunk + 1) * n_tasks // n_chunks):
                 n = task // m_total
                 o = task - n * m_total
@@ -234,11 +238,13 @@ if ig.HAVE_NUMBA:
                 b = np.int32(bias[o])
                 m = mult[o * mult_rs]
                 c0 = b
-                if fuse3x3:
+                if fuse3x3 or fuse5:
                     wsum = np.int32(0)
-                    for k in range(9):
-                        wv9[k] = wc[o, k]
+                    for k in range(wc.shape[1]):
                         wsum += wc[o, k]
+                    if fuse3x3:
+                        for k in range(9):
+                            wv9[k] = wc[o, k]
                     c0 = np.int32(b - np.int32(za * wsum))
                 if virtual:
                     for od in range(od_n):
@@ -250,12 +256,18 @@ if ig.HAVE_NUMBA:
                                 _taps9(acc, c0, xp, offs, wv9, vlen_r)
                             else:
                                 _taps9_s2(acc, c0, xp, offs, wv9, vlen_r)
+                        elif fuse5:
+                            for kh in range(kh_n):
+                                for kw in range(5):
+                                    offs5[kw] = xbase + od * sd * hp * wpd + kh * dh * wpd + kw * dw
+                                    wv5[kw] = wc[o, kh * 5 + kw]
+                                _taps5(acc, kh == 0, c0, xp, offs5, wv5, vlen_r, sw)
                         else:
                             for t in range(vlen_r):
                                 acc[t] = b
                         # the general tap loop (skipped when fused)
                         tap = 0
-                        for kd in range(0 if fuse3x3 else kd_n):
+                        for kd in range(0 if fuse3x3 or fuse5 else kd_n):
                             for kh in range(kh_n):
                                 for kw in range(kw_n):
                                     wv = wc[o, tap]
@@ -289,10 +301,18 @@ if ig.HAVE_NUMBA:
                     continue
                 for od in range(od_n):
                     for oh in range(oh_n):
-                        for t in range(ow_n):
-                            acc[t] = b
+                        if fuse5:
+                            for kh in range(kh_n):
+                                row = xbase + od * sd * hp * wpd + (oh * sh + kh * dh) * wpd
+                                for kw in range(5):
+                                    offs5[kw] = row + kw * dw
+                                    wv5[kw] = wc[o, kh * 5 + kw]
+                                _taps5(acc, kh == 0, c0, xp, offs5, wv5, ow_n, sw)
+                        else:
+                            for t in range(ow_n):
+                                acc[t] = b
                         tap = 0
-                        for kd in range(kd_n):
+                        for kd in range(0 if fuse5 else kd_n):
                             for kh in range(kh_n):
                                 row = xbase + (od * sd + kd * dd) * hp * wpd + (oh * sh + kh * dh) * wpd
                                 for kw in range(kw_n):
@@ -353,6 +373,29 @@ if ig.HAVE_NUMBA:
                  + np.int32(x3[2 * t]) * w3 + np.int32(x4[2 * t]) * w4 + np.int32(x5[2 * t]) * w5
                  + np.int32(x6[2 * t]) * w6 + np.int32(x7[2 * t]) * w7 + np.int32(x8[2 * t]) * w8)
             out[t] = np.int32(s)
+
+    @njit(cache=True, inline="always")
+    def _taps5(acc, first, c0, src, offs, wv, n, step):
+        """One kernel row of 5 taps in one vector loop: acc[t] = (c0 if first else acc[t]) + sum_k
+        src[offs[k] + step t] * wv[k] (step 1 or 2: separate loops, so that each vectorises)."""
+        w0, w1, w2, w3, w4 = wv[0], wv[1], wv[2], wv[3], wv[4]
+        out = acc[:n]
+        span = step * n
+        x0 = src[offs[0]:offs[0] + span]
+        x1 = src[offs[1]:offs[1] + span]
+        x2 = src[offs[2]:offs[2] + span]
+        x3 = src[offs[3]:offs[3] + span]
+        x4 = src[offs[4]:offs[4] + span]
+        if step == 1:
+            for t in range(n):
+                s = (np.int32(x0[t]) * w0 + np.int32(x1[t]) * w1 + np.int32(x2[t]) * w2 + np.int32(x3[t]) * w3
+                     + np.int32(x4[t]) * w4)
+                out[t] = np.int32((c0 if first else out[t]) + s)
+        else:
+            for t in range(n):
+                s = (np.int32(x0[2 * t]) * w0 + np.int32(x1[2 * t]) * w1 + np.int32(x2[2 * t]) * w2
+                     + np.int32(x3[2 * t]) * w3 + np.int32(x4[2 * t]) * w4)
+                out[t] = np.int32((c0 if first else out[t]) + s)
 
     @njit(cache=True, parallel=True)
     def _depthwise3x3(x, flip, za, wc, bias, chan_mult, n_img, c_in, h, w, pt, pl, hp, wpd, dh, dw, stride,
