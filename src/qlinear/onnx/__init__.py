@@ -2,7 +2,8 @@
 
 `run` executes a model with ``onnx.reference.ReferenceEvaluator`` for the ordinary operators and qlinear
 for QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger and
-DynamicQuantizeLinear; `evaluator` returns that evaluator for repeated runs; `qlinear.onnx.ops` holds the
+DynamicQuantizeLinear (and, for a QDQ model's float Conv and MaxPool, vectorised classes with the reference's
+results bit for bit: `float_ops`); `evaluator` returns that evaluator for repeated runs; `qlinear.onnx.ops` holds the
 operator classes for users who build their own ReferenceEvaluator. Needs onnx (``pip install
 'qlinear[onnx]'``); ``import qlinear`` alone never imports it.
 """
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from qlinear.onnx import ops
+from qlinear.onnx.float_ops import FLOAT_OPS
 from qlinear.onnx.ops import op_classes
 
 __all__ = ["run", "evaluator", "ops", "op_classes", "QlinearEvaluator"]
@@ -47,7 +49,7 @@ class QlinearEvaluator(ReferenceEvaluator):
     qlinear too (onnx's own has no DequantizeLinear before opset 19).
     """
 
-    default_new_ops: tuple = ops.OPS + ops.PEER_FIXES
+    default_new_ops: tuple = ops.OPS + ops.PEER_FIXES + FLOAT_OPS
 
     def __init__(self, proto, *args, new_ops=None, **kwargs):
         # The evaluator keeps the first class given per operator: a caller's own classes win over qlinear's.
@@ -69,8 +71,8 @@ class QlinearEvaluator(ReferenceEvaluator):
 
 @functools.cache
 def _evaluator_class(requantize: str) -> type[QlinearEvaluator]:
-    return type("QlinearEvaluator", (QlinearEvaluator,), {"default_new_ops": op_classes(requantize) + ops.PEER_FIXES,
-                                                          "__module__": __name__})
+    return type("QlinearEvaluator", (QlinearEvaluator,),
+                {"default_new_ops": op_classes(requantize) + ops.PEER_FIXES + FLOAT_OPS, "__module__": __name__})
 
 
 def evaluator(model, *, requantize: str = "float64", verbose: int = 0) -> ReferenceEvaluator:

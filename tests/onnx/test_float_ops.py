@@ -1,0 +1,88 @@
+"""qlinear.onnx.float_ops: Conv and MaxPool give onnx's reference classes' results bit for bit (the oracle:
+onnx.reference.ReferenceEvaluator running the same one-node model without them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import qlinear.onnx as qonnx  # noqa: E402
+from qlinear.onnx import float_ops  # noqa: E402
+
+
+def _node_model(op: str, inputs: dict, **attributes) -> onnx.ModelProto:
+    node = helper.make_node(op, list(inputs), ["y"], **attributes)
+    values = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for name, v in inputs.items()]
+    graph = helper.make_graph([node], "one", values, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _both(op: str, inputs: dict, **attributes) -> tuple[np.ndarray, np.ndarray]:
+    model = _node_model(op, inputs, **attributes)
+    reference = ReferenceEvaluator(model).run(None, inputs)[0]
+    ours = ReferenceEvaluator(model, new_ops=list(float_ops.FLOAT_OPS)).run(None, inputs)[0]
+    return ours, reference
+
+
+CONV_CASES = [  # x shape, w shape, attributes
+    ((2, 3, 9, 11), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 6, 12, 10), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 1])),  # depthwise 5x5, (2, 1)
+    ((1, 4, 13, 13), (6, 2, 3, 3), dict(group=2, dilations=[2, 3], pads=[0, 1, 2, 3], strides=[2, 2])),
+    ((2, 5, 17), (3, 5, 4), dict(strides=[3], pads=[2, 1])),  # 1-D
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1])),  # 3-D
+    ((1, 3, 10, 9), (2, 3, 3, 2), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 3, 10, 9), (2, 3, 3, 2), dict(auto_pad="SAME_LOWER", strides=[3, 2], dilations=[2, 1])),
+    ((1, 3, 8, 8), (2, 3, 3, 3), dict(auto_pad="VALID")),
+    ((3, 8, 7, 7), (16, 8, 1, 1), {}),  # 1x1, no padding
+]
+
+
+@pytest.mark.parametrize("bias", ["none", "per_channel", "one"])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_is_the_reference_to_the_bit(case, bias):
+    xs, ws, attributes = case
+    rng = np.random.default_rng(len(xs) + sum(ws))
+    inputs = {"x": rng.normal(0, 3, xs).astype(np.float32), "w": rng.normal(0, 1, ws).astype(np.float32)}
+    if bias != "none":
+        inputs["b"] = rng.normal(0, 1, ws[0] if bias == "per_channel" else 1).astype(np.float32)
+    ours, reference = _both("Conv", inputs, **attributes)
+    assert ours.dtype == reference.dtype and ours.shape == reference.shape
+    np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
+
+
+POOL_CASES = [  # x shape, attributes (the cases the reference runs pixel by pixel: a stride or dilation above 1)
+    ((2, 3, 12, 13), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((1, 4, 11, 9), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 10, 10), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[2, 0, 1, 1], ceil_mode=1)),
+    ((1, 2, 9, 12), dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 0, 2])),
+    ((1, 2, 4, 4), dict(kernel_shape=[3, 3], strides=[3, 3], pads=[2, 2, 2, 2], ceil_mode=1)),  # windows of padding
+    ((2, 3, 20), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),  # 1-D
+    ((1, 2, 6, 7, 5), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 1])),  # 3-D
+]
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_max_pool_is_the_reference_to_the_bit(case, nan):
+    xs, attributes = case
+    rng = np.random.default_rng(len(xs) * 7 + xs[-1])
+    x = rng.normal(0, 3, xs).astype(np.float32)
+    if nan:  # NaN first in some windows, later in others: the reference's comparisons decide
+        x.reshape(-1)[rng.choice(x.size, x.size // 5, replace=False)] = np.nan
+    ours, reference = _both("MaxPool", {"x": x}, **attributes)
+    assert ours.dtype == reference.dtype and ours.shape == reference.shape
+    np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
+
+
+def test_run_uses_them(monkeypatch):
+    calls = []
+    real = float_ops.Conv._run
+    monkeypatch.setattr(float_ops.Conv, "_run", lambda self, *a, **k: (calls.append(1), real(self, *a, **k))[1])
+    inputs = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((1, 2, 3, 3), np.float32)}
+    y = qonnx.run(_node_model("Conv", inputs), inputs)["y"]
+    assert calls == [1] and float(y[0, 0, 1, 1]) == 18.0
