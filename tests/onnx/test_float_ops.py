@@ -86,3 +86,40 @@ def test_run_uses_them(monkeypatch):
     inputs = {"x": np.ones((1, 2, 5, 5), np.float32), "w": np.ones((1, 2, 3, 3), np.float32)}
     y = qonnx.run(_node_model("Conv", inputs), inputs)["y"]
     assert calls == [1] and float(y[0, 0, 1, 1]) == 18.0
+
+
+def _qdq_conv_model() -> tuple[onnx.ModelProto, dict]:
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv (weights: DequantizeLinear of int8 codes) -> y."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(128), "xz"),
+             numpy_helper.from_array(rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.full(4, 0.01, np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(4, np.int8), "wz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Conv", ["xd", "w"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return model, {"x": rng.normal(0, 2, (1, 3, 6, 6)).astype(np.float32)}
+
+
+def test_constant_dequantized_weights_are_computed_once():
+    model, feeds = _qdq_conv_model()
+    session = qonnx.evaluator(model)
+    assert [node.op_type for node in session.rt_nodes_] == ["QuantizeLinear", "DequantizeLinear", "Conv"]
+    assert not session.rt_inits_["w"].flags.writeable
+    for _ in range(2):  # the same bits on every run, and the reference's
+        np.testing.assert_array_equal(qonnx.run(session, feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_a_constant_node_that_fails_still_fails_in_the_run():
+    model, feeds = _qdq_conv_model()
+    model.graph.initializer[3].CopyFrom(onnx.numpy_helper.from_array(np.full(3, 0.01, np.float32), "ws"))
+    session = qonnx.evaluator(model)  # 3 scales for 4 channels: not folded, and the run says why
+    assert [node.op_type for node in session.rt_nodes_].count("DequantizeLinear") == 2
+    with pytest.raises(ValueError, match="DequantizeLinear"):
+        qonnx.run(session, feeds)

@@ -55,8 +55,15 @@ class QlinearEvaluator(ReferenceEvaluator):
         # The evaluator keeps the first class given per operator: a caller's own classes win over qlinear's.
         super().__init__(proto, *args, new_ops=[*(new_ops or ()), *self.default_new_ops], **kwargs)
 
+    # Nodes computed once when the evaluator is built, where every input is a constant: a QDQ model's weights are
+    # DequantizeLinear nodes of initializers, which a run would otherwise dequantize again every time. Their float
+    # results are held beside the codes, so at most FOLD_BYTES of them (a large model's weights stay per run).
+    FOLDED_OPS = frozenset({"Constant", "DequantizeLinear"})
+    FOLD_BYTES = 256 << 20
+
     def _init(self) -> None:
         super()._init()
+        _fold_constants_of(self)
         # Convolution weights that are initializers become read-only arrays owning their data, which the op
         # classes may pack once and reuse (ops._ConvWeights): nothing can change them between runs.
         weights = {node.input[i] for node in self.nodes_ for op_type, i in (("QLinearConv", 3), ("ConvInteger", 1))
@@ -67,6 +74,31 @@ class QlinearEvaluator(ReferenceEvaluator):
                 frozen = np.array(value, copy=True)
                 frozen.flags.writeable = False
                 self.rt_inits_[name] = frozen
+
+
+def _fold_constants_of(session: QlinearEvaluator) -> None:
+    """Run `QlinearEvaluator.FOLDED_OPS` nodes whose inputs are all constants once, in graph order, and keep
+    their outputs as read-only initializers (the same arrays a run would compute: the same classes, once)."""
+    known = dict(session.rt_inits_)
+    kept, budget = [], session.FOLD_BYTES
+    for node in session.rt_nodes_:
+        foldable = (node.op_type in session.FOLDED_OPS and node.onnx_node.domain in ("", "ai.onnx")
+                    and not node.has_linked_attribute and all(name in known for name in node.input if name))
+        if foldable:
+            try:
+                outputs = node.run(*[known.get(name) if name else None for name in node.input])
+            except Exception:  # noqa: BLE001 - the node raises again, where it always did: in a run
+                outputs = None
+            size = sum(getattr(value, "nbytes", 0) for value in outputs or ())
+            if outputs is not None and size <= budget:
+                budget -= size
+                for name, value in zip(node.output, outputs):
+                    if isinstance(value, np.ndarray):
+                        value.flags.writeable = False
+                    known[name] = session.rt_inits_[name] = value
+                continue
+        kept.append(node)
+    session.rt_nodes_ = kept
 
 
 @functools.cache
