@@ -123,3 +123,26 @@ def test_a_constant_node_that_fails_still_fails_in_the_run():
     assert [node.op_type for node in session.rt_nodes_].count("DequantizeLinear") == 2
     with pytest.raises(ValueError, match="DequantizeLinear"):
         qonnx.run(session, feeds)
+
+
+TRANSPOSE_CASES = [  # x shape, w shape (C_in, C_out, *kernel), attributes
+    ((2, 4, 5, 6), (4, 3, 2, 2), dict(strides=[2, 2])),  # the detector's upsampling: no overlap
+    ((1, 3, 5, 5), (3, 2, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),  # overlaps
+    ((1, 2, 4, 7), (2, 3, 3, 2), dict(strides=[1, 2], dilations=[2, 1], pads=[0, 1, 2, 0])),
+    ((2, 3, 9), (3, 2, 4), dict(strides=[3], pads=[1, 2])),  # 1-D
+    ((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), dict(strides=[2, 1, 2])),  # 3-D
+    ((1, 2, 4, 4), (2, 2, 3, 3), dict(strides=[2, 2], output_shape=[9, 10])),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose_is_the_reference_to_the_bit(case, bias):
+    xs, ws, attributes = case
+    rng = np.random.default_rng(len(xs) + sum(ws) + len(attributes))
+    inputs = {"x": rng.normal(0, 3, xs).astype(np.float32), "w": rng.normal(0, 1, ws).astype(np.float32)}
+    if bias:
+        inputs["b"] = rng.normal(0, 1, ws[1]).astype(np.float32)
+    ours, reference = _both("ConvTranspose", inputs, **attributes)
+    assert ours.dtype == reference.dtype and ours.shape == reference.shape
+    np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
