@@ -146,3 +146,31 @@ def test_conv_transpose_is_the_reference_to_the_bit(case, bias):
     ours, reference = _both("ConvTranspose", inputs, **attributes)
     assert ours.dtype == reference.dtype and ours.shape == reference.shape
     np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
+
+
+AVERAGE_CASES = [  # x shape, attributes
+    ((2, 3, 9, 8), dict(kernel_shape=[3, 2], strides=[3, 2])),  # the recogniser's
+    ((1, 2, 7, 7), dict(kernel_shape=[2, 2])),
+    ((1, 2, 12, 11), dict(kernel_shape=[3, 3], strides=[2, 2], count_include_pad=1)),  # 9 values: pairwise sums
+    ((1, 2, 9, 9), dict(kernel_shape=[4, 4], strides=[1, 2])),  # 16 values
+    ((2, 3, 20), dict(kernel_shape=[5], strides=[3])),  # 1-D
+    ((1, 2, 6, 5, 7), dict(kernel_shape=[2, 2, 3], strides=[2, 1, 2])),  # 3-D
+    ((1, 2, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),  # padded: the reference's code
+]
+
+
+@pytest.mark.parametrize("opset", [11, 19])
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("case", AVERAGE_CASES)
+def test_average_pool_is_the_reference_to_the_bit(case, nan, opset):
+    xs, attributes = case
+    rng = np.random.default_rng(len(xs) * 5 + xs[-1])
+    x = rng.normal(0, 3, xs).astype(np.float32)
+    if nan:
+        x.reshape(-1)[::7] = np.nan
+    model = _node_model("AveragePool", {"x": x}, **attributes)
+    model.opset_import[0].version = opset
+    reference = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    ours = ReferenceEvaluator(model, new_ops=list(float_ops.FLOAT_OPS)).run(None, {"x": x})[0]
+    assert ours.dtype == reference.dtype and ours.shape == reference.shape
+    np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))

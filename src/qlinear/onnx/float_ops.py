@@ -12,6 +12,8 @@ classifier took 326 ms a run in `qlinear.onnx.run` against 4.5 ms in onnxruntime
 - `ConvTranspose` with one group: the reference's matmul per image, then its col2im's sums a kernel position at a
   time over all the outputs (its loop visits the kernel positions in the same order, and within one position
   no output is reached twice), then the bias. PP-OCR's detector: 19 of its 20 s a run were col2im's loop.
+- `AveragePool` over windows inside the input: each window's values in the reference's order, summed by the
+  reduction its np.average makes and divided by their count. PP-OCR's recogniser: 2.3 of its 3.1 s a run.
 - `MaxPool` where the reference takes its per-pixel loop (a stride or dilation other than 1), 1-3 spatial axes,
   one output: the loop's rule applied a tap at a time to every output at once (a tap replaces the running
   value when it is the first in bounds or compares greater, so NaN behaves as in the loop; an output with no tap
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_conv import Conv as _ReferenceConv
 from onnx.reference.ops.op_conv_transpose import ConvTranspose as _ReferenceConvTranspose
 from onnx.reference.ops.op_max_pool import MaxPool as _ReferenceMaxPool
 
-__all__ = ["Conv", "ConvTranspose", "MaxPool", "FLOAT_OPS"]
+__all__ = ["AveragePool", "Conv", "ConvTranspose", "MaxPool", "FLOAT_OPS"]
 
 
 def _same_pads(auto_pad, spatial, kernel, strides) -> list[int]:
@@ -186,4 +189,38 @@ class ConvTranspose(_ReferenceConvTranspose):
         return (final,)
 
 
-FLOAT_OPS = (Conv, ConvTranspose, MaxPool)
+class AveragePool(OpRun):
+    """Windows inside the input (no pads, no ceil_mode, no dilation, no NaN): each window's values in the
+    reference's order (row-major over the kernel) summed by the same NumPy reduction the reference's np.average
+    makes, then divided by their count. Other nodes run the reference's class of the model's version."""
+
+    op_domain = ""
+
+    def _run(self, x, auto_pad=None, ceil_mode=None, dilations=None, kernel_shape=None, pads=None, strides=None,
+             count_include_pad=None):
+        nd = x.ndim - 2
+        given = dict(auto_pad=auto_pad, ceil_mode=ceil_mode, kernel_shape=kernel_shape, pads=pads, strides=strides,
+                     count_include_pad=count_include_pad)
+        if (nd < 1 or kernel_shape is None or len(kernel_shape) != nd or auto_pad not in (None, "NOTSET")
+                or ceil_mode or any(pads or ()) or any(d != 1 for d in dilations or ())
+                or x.dtype != np.float32 or np.isnan(x).any()):
+            return self._reference()._run(x, **given, **({} if dilations is None else dict(dilations=dilations)))
+        strides = [1] * nd if strides is None else list(strides)
+        out = [(x.shape[2 + i] - kernel_shape[i]) // strides[i] + 1 for i in range(nd)]
+        windows = sliding_window_view(x, tuple(kernel_shape), axis=tuple(range(2, 2 + nd)))
+        windows = windows[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
+        values = np.ascontiguousarray(windows).reshape(x.shape[:2] + tuple(out) + (-1,))
+        return (np.add.reduce(values, axis=-1) / values.shape[-1],)
+
+    def _reference(self):
+        """onnx's class of the model's AveragePool version, for the nodes this one does not take."""
+        from onnx.reference.ops import op_average_pool
+
+        opsets = self.run_params["opsets"]
+        version = opsets.get("", opsets.get("ai.onnx", 1))
+        since = max(v for v in (1, 7, 11, 19) if v <= version)
+        reference = getattr(op_average_pool, f"AveragePool_{since}")
+        return reference(self.onnx_node, self.run_params)
+
+
+FLOAT_OPS = (AveragePool, Conv, ConvTranspose, MaxPool)
