@@ -553,8 +553,12 @@ def test_depthwise_perm_kernel_matches_direct_int64(monkeypatch, case, xdt, thre
         else:
             ref = np.rint(want.astype(np.float32) * m.reshape(1, -1, 1, 1)) + 128
         np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
+    one = m[:1].reshape(())  # one multiplier for every channel: the store's other form
+    y = im2col.conv(x, za, packed, bias, g, (one, U8(128), U8, "float64"), path="avx512vnni")
+    ref = np.rint(want.astype(np.float64) * np.float64(one) + 128)
+    np.testing.assert_array_equal(y, np.clip(ref, 0, 255).astype(U8))
     dilated = d[0] == 64
-    assert calls == ([] if dilated else [1] * 3)
+    assert calls == ([] if dilated else [1] * 4)
 
 
 def test_depthwise_vnni_rows_of_a_5x5_kernel():
