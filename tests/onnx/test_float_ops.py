@@ -174,3 +174,45 @@ def test_average_pool_is_the_reference_to_the_bit(case, nan, opset):
     ours = ReferenceEvaluator(model, new_ops=list(float_ops.FLOAT_OPS)).run(None, {"x": x})[0]
     assert ours.dtype == reference.dtype and ours.shape == reference.shape
     np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
+
+
+def test_a_qdq_network_runs_to_the_bits_of_the_reference_classes():
+    """Quantize -> Conv -> MaxPool -> ConvTranspose -> AveragePool, each weight a DequantizeLinear of int8 codes:
+    qlinear's evaluator (folded weights, float_ops) against the same evaluator with onnx's own float classes."""
+    from onnx import numpy_helper
+
+    from qlinear.onnx import QlinearEvaluator, ops
+
+    rng = np.random.default_rng(11)
+    inits, nodes = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z")], []
+
+    def weight(name, shape):
+        inits.extend([numpy_helper.from_array(rng.integers(-90, 90, shape).astype(np.int8), f"{name}_q"),
+                      numpy_helper.from_array(np.full(shape[0], 0.02, np.float32), f"{name}_s"),
+                      numpy_helper.from_array(np.zeros(shape[0], np.int8), f"{name}_z")])
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [name], axis=0))
+        return name
+
+    def requantized(name):
+        nodes.extend([helper.make_node("QuantizeLinear", [name, "s", "z"], [f"{name}_q8"]),
+                      helper.make_node("DequantizeLinear", [f"{name}_q8", "s", "z"], [f"{name}_d"])])
+        return f"{name}_d"
+
+    x = requantized("x")
+    nodes.append(helper.make_node("Conv", [x, weight("w1", (6, 3, 3, 3))], ["c1"], pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("MaxPool", [requantized("c1")], ["p1"], kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("ConvTranspose", [requantized("p1"), weight("w2", (6, 4, 2, 2))], ["t1"],
+                                  strides=[2, 2]))
+    nodes.append(helper.make_node("AveragePool", [requantized("t1")], ["y"], kernel_shape=[2, 2], strides=[2, 2]))
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    feeds = {"x": rng.normal(0, 2, (2, 3, 12, 16)).astype(np.float32)}
+
+    class Plain(QlinearEvaluator):
+        default_new_ops = ops.OPS + ops.PEER_FIXES
+        FOLDED_OPS = frozenset()
+
+    fast, plain = qonnx.run(qonnx.evaluator(model), feeds)["y"], qonnx.run(Plain(model), feeds)["y"]
+    assert fast.shape == (2, 4, 6, 8)
+    np.testing.assert_array_equal(fast.view(np.uint32), plain.view(np.uint32))
