@@ -39,6 +39,8 @@ CONV_CASES = [  # x shape, w shape, attributes
     ((1, 3, 10, 9), (2, 3, 3, 2), dict(auto_pad="SAME_LOWER", strides=[3, 2], dilations=[2, 1])),
     ((1, 3, 8, 8), (2, 3, 3, 3), dict(auto_pad="VALID")),
     ((3, 8, 7, 7), (16, 8, 1, 1), {}),  # 1x1, no padding
+    ((1, 8, 7, 9), (16, 8, 1, 1), {}),  # 1x1 of one image: x itself is the matrix
+    ((1, 8, 7, 9), (4, 2, 1, 1), dict(group=4)),
 ]
 
 

@@ -49,13 +49,15 @@ def _columns(x: np.ndarray, kernel, pads, strides) -> tuple[np.ndarray, tuple[in
     """The im2col matrix of ``x`` (N, C, *spatial): row c * prod(kernel) + k (k over the kernel in row-major
     order), column n * prod(out) + p (p over the output in row-major order); zeros in the padding."""
     nd = len(kernel)
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
+    n, c = x.shape[:2]
+    if n == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads):
+        return x.reshape(c, -1), x.shape[2:]  # a 1x1 convolution of one image reads x itself: the same matrix
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)]) if any(pads) else x
     out = tuple((padded.shape[2 + i] - kernel[i]) // strides[i] + 1 for i in range(nd))
     windows = sliding_window_view(padded, tuple(kernel), axis=tuple(range(2, 2 + nd)))
     windows = windows[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
     # (N, C, *out, *kernel) -> (C, *kernel, N, *out)
     order = (1, *range(2 + nd, 2 + 2 * nd), 0, *range(2, 2 + nd))
-    n, c = x.shape[:2]
     return windows.transpose(order).reshape(c * int(np.prod(kernel)), n * int(np.prod(out))), out
 
 
