@@ -526,7 +526,7 @@ class GemmLaunch:
     provably holds for any ``a`` of the type (else `gemm` checks a's own values and makes a launch per call)."""
 
     __slots__ = ("m_total", "k", "n_total", "xor", "words", "need_rowsum", "head", "panels", "rest", "path", "rq",
-                 "out_shape", "reusable", "packed")
+                 "out_shape", "reusable", "packed", "calls")
 
     def __init__(self, a_dtype, m_total: int, k: int, zau: np.ndarray, packed: "PackedWeights", bias, rq: "Requant",
                  path: str, reusable: bool):
@@ -535,6 +535,7 @@ class GemmLaunch:
         n_total = packed.n
         self.m_total, self.k, self.n_total, self.path, self.rq, self.reusable = m_total, k, n_total, path, rq, reusable
         self.packed = packed
+        self.calls: dict = {}  # (amx, workers) -> the kernel and the arguments no `a` changes (_call_parts)
         self.out_shape = (m_total, n_total)
         self.xor = 0x80 if a_dtype == np.int8 else 0  # unsigned activations: int8 flipped, its zero point + 128
         q_w, ks = packed.packed(path)
@@ -599,25 +600,17 @@ class GemmLaunch:
         out32 = flat if rq.mode == 0 else _EMPTY_OUT32
         out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY_OUT8
         workers = threads.get_num_threads()
+        ro_au = read_only(au)
         if amx:
-            from qlinear.kernels import _amx
-
-            b, ks16 = self.packed.amx()
-            kernel, panels, tail = _amx.gemm_tiles, (32, 32), (_amx.CONFIG,)
-            args = (read_only(au.reshape(-1)), np.uint8(xor), self.k, self.need_rowsum, b, ks16, self.m_total,
-                    self.n_total)
+            lead = (ro_au.reshape(-1),)
         else:
-            words = self.words
-            a32 = au.view(np.int32) if words else _EMPTY_WORDS
-            ub = au ^ np.uint8(xor) if (words and xor and self.need_rowsum) else au
-            kernel, panels, tail = gemm_driver(self.path), self.panels, ()
-            args = (read_only(au), np.uint8(xor), read_only(a32), np.int32(-0x7F7F7F80 if xor else 0), words,
-                    read_only(ub), self.need_rowsum, *self.head)
+            a32 = read_only(au.view(np.int32)) if self.words else _EMPTY_WORDS
+            ub = read_only(au ^ np.uint8(xor)) if (self.words and xor and self.need_rowsum) else ro_au
+            lead = (ro_au, a32, ub)
 
         def launch(serial: bool) -> np.ndarray:
-            n_workers = 1 if serial else workers
-            blocks = block_sizes(self.m_total, self.n_total, *panels, n_workers)
-            call_parallel(kernel, *args, *blocks, n_workers, *self.rest, out32, out8, *tail, serial=serial)
+            kernel, arrange = self._call_parts(amx, 1 if serial else workers)
+            call_parallel(kernel, *arrange(lead, out32, out8), serial=serial)
             return out
 
         if workers == 1 or _FORCE_SERIAL is not None:
@@ -632,6 +625,36 @@ class GemmLaunch:
                 THREAD_CHOICES.clear()
             choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
         return choice.call(launch)
+
+
+    def _call_parts(self, amx: bool, n_workers: int):
+        """The kernel, and a function that places a call's activation arrays and outputs among the arguments that
+        do not change between calls (made once per kernel and thread count: building them cost ~2 us a call)."""
+        got = self.calls.get((amx, n_workers))
+        if got is None:
+            if amx:
+                from qlinear.kernels import _amx
+
+                b, ks16 = self.packed.amx()
+                kernel = _amx.gemm_tiles
+                middle = (np.uint8(self.xor), self.k, self.need_rowsum, b, ks16, self.m_total, self.n_total,
+                          *block_sizes(self.m_total, self.n_total, 32, 32, n_workers), n_workers, *self.rest)
+                tail = (_amx.CONFIG,)
+
+                def arrange(lead, out32, out8):
+                    return (lead[0], *middle, out32, out8, *tail)
+            else:
+                kernel = gemm_driver(self.path)
+                xor8, flip = np.uint8(self.xor), np.int32(-0x7F7F7F80 if self.xor else 0)
+                words, rowsum = self.words, self.need_rowsum
+                after = (*self.head, *block_sizes(self.m_total, self.n_total, *self.panels, n_workers), n_workers,
+                         *self.rest)
+
+                def arrange(lead, out32, out8):
+                    au, a32, ub = lead
+                    return (au, xor8, a32, flip, words, ub, rowsum, *after, out32, out8)
+            got = self.calls[(amx, n_workers)] = (kernel, arrange)
+        return got
 
 
 _AMX = None  # tests: True runs every product the AMX path can take on it, False none; None measures per shape
