@@ -45,6 +45,14 @@ def _same_pads(auto_pad, spatial, kernel, strides) -> list[int]:
     return begin + end
 
 
+def _windows(x: np.ndarray, kernel, strides) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Every output's window of ``x`` (N, C, *spatial), unpadded: a view of shape (N, C, *out, *kernel), and out."""
+    nd = len(kernel)
+    out = tuple((x.shape[2 + i] - kernel[i]) // strides[i] + 1 for i in range(nd))
+    windows = sliding_window_view(x, tuple(kernel), axis=tuple(range(2, 2 + nd)))
+    return windows[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))], out
+
+
 def _columns(x: np.ndarray, kernel, pads, strides) -> tuple[np.ndarray, tuple[int, ...]]:
     """The im2col matrix of ``x`` (N, C, *spatial): row c * prod(kernel) + k (k over the kernel in row-major
     order), column n * prod(out) + p (p over the output in row-major order); zeros in the padding."""
@@ -53,9 +61,7 @@ def _columns(x: np.ndarray, kernel, pads, strides) -> tuple[np.ndarray, tuple[in
     if n == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads):
         return x.reshape(c, -1), x.shape[2:]  # a 1x1 convolution of one image reads x itself: the same matrix
     padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)]) if any(pads) else x
-    out = tuple((padded.shape[2 + i] - kernel[i]) // strides[i] + 1 for i in range(nd))
-    windows = sliding_window_view(padded, tuple(kernel), axis=tuple(range(2, 2 + nd)))
-    windows = windows[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
+    windows, out = _windows(padded, kernel, strides)
     # (N, C, *out, *kernel) -> (C, *kernel, N, *out)
     order = (1, *range(2 + nd, 2 + 2 * nd), 0, *range(2, 2 + nd))
     return windows.transpose(order).reshape(c * int(np.prod(kernel)), n * int(np.prod(out))), out
@@ -141,6 +147,30 @@ class MaxPool(_ReferenceMaxPool):
         return (y,)
 
 
+def _transpose_geometry(X, W, auto_pad, dilations, group, kernel_shape, output_padding, output_shape, pads, strides):
+    """(kernel, dilations, strides, pads, output shape) of a ConvTranspose node `ConvTranspose` takes; None for
+    the others: groups, auto_pad, a kernel_shape other than W's, or an output shape the reference's col2im
+    refuses (its code runs, and says so)."""
+    nd = X.ndim - 2
+    if (nd < 1 or group not in (None, 1) or auto_pad not in (None, "NOTSET") or W.shape[0] != X.shape[1]
+            or (kernel_shape is not None and tuple(kernel_shape) != W.shape[2:])):
+        return None
+    kernel = W.shape[2:]
+    dilations = [1] * nd if dilations is None else list(dilations)
+    strides = [1] * nd if strides is None else list(strides)
+    pads = [0] * (2 * nd) if pads is None else list(pads)
+    output_padding = [0] * nd if output_padding is None else list(output_padding)
+    if output_shape is None:
+        output_shape = [strides[i] * (X.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+                        - pads[i] - pads[i + nd] for i in range(nd)]
+    output_shape = [int(v) for v in output_shape]
+    blocks = [(output_shape[i] + pads[i] + pads[i + nd] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+              for i in range(nd)]
+    if blocks != list(X.shape[2:]):
+        return None
+    return kernel, dilations, strides, pads, output_shape
+
+
 class ConvTranspose(_ReferenceConvTranspose):
     """One group, explicit pads (or none): per image the reference's matmul, then its col2im's sums (a kernel
     position at a time, each output adding its contributions in the reference's order), then the bias. Other
@@ -150,27 +180,14 @@ class ConvTranspose(_ReferenceConvTranspose):
 
     def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None, output_padding=None,
              output_shape=None, pads=None, strides=None):
+        geometry = _transpose_geometry(X, W, auto_pad, dilations, group, kernel_shape, output_padding, output_shape,
+                                       pads, strides)
+        if geometry is None:
+            return super()._run(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                                kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape,
+                                pads=pads, strides=strides)
         nd = X.ndim - 2
-        if (nd < 1 or group not in (None, 1) or auto_pad not in (None, "NOTSET") or W.shape[0] != X.shape[1]
-                or (kernel_shape is not None and tuple(kernel_shape) != W.shape[2:])):
-            return super()._run(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
-                                kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape,
-                                pads=pads, strides=strides)
-        kernel = W.shape[2:]
-        dilations = [1] * nd if dilations is None else list(dilations)
-        strides = [1] * nd if strides is None else list(strides)
-        pads = [0] * (2 * nd) if pads is None else list(pads)
-        output_padding = [0] * nd if output_padding is None else list(output_padding)
-        if output_shape is None:
-            output_shape = [strides[i] * (X.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
-                            - pads[i] - pads[i + nd] for i in range(nd)]
-        output_shape = [int(v) for v in output_shape]
-        blocks = [(output_shape[i] + pads[i] + pads[i + nd] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1
-                  for i in range(nd)]
-        if blocks != list(X.shape[2:]):  # the reference's col2im refuses it: its message
-            return super()._run(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
-                                kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape,
-                                pads=pads, strides=strides)
+        kernel, dilations, strides, pads, output_shape = geometry
         channels, taps, n = W.shape[1], int(np.prod(kernel)), int(np.prod(X.shape[2:]))
         w_t = W.reshape((1, X.shape[1], channels * taps))[0].T  # the reference's operands, views and all
         final = np.empty((X.shape[0], channels, *output_shape), X.dtype)
@@ -207,11 +224,8 @@ class AveragePool(OpRun):
                 or ceil_mode or any(pads or ()) or any(d != 1 for d in dilations or ())
                 or x.dtype != np.float32 or np.isnan(x).any()):
             return self._reference()._run(x, **given, **({} if dilations is None else dict(dilations=dilations)))
-        strides = [1] * nd if strides is None else list(strides)
-        out = [(x.shape[2 + i] - kernel_shape[i]) // strides[i] + 1 for i in range(nd)]
-        windows = sliding_window_view(x, tuple(kernel_shape), axis=tuple(range(2, 2 + nd)))
-        windows = windows[(slice(None), slice(None)) + tuple(slice(0, o * s, s) for o, s in zip(out, strides))]
-        values = np.ascontiguousarray(windows).reshape(x.shape[:2] + tuple(out) + (-1,))
+        windows, out = _windows(x, kernel_shape, [1] * nd if strides is None else list(strides))
+        values = np.ascontiguousarray(windows).reshape(x.shape[:2] + out + (-1,))
         return (np.add.reduce(values, axis=-1) / values.shape[-1],)
 
     def _reference(self):

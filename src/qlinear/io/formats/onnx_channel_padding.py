@@ -151,9 +151,8 @@ def pad_channels(model, read_tensor, write_tensor, names: set[str] | None = None
         region = grow(start, channels, weight.ndim)
         if region is None or not region.tensors.isdisjoint(padded_tensors):
             continue
+        # never `channels`: a count a depthwise convolution takes (a multiple of 16) a dense one takes too
         to = aligned(channels, bool(region.depthwise))
-        if to == channels:
-            continue
         _apply(region, to, read_tensor, write_tensor)
         padded_tensors |= region.tensors
         done.append(Padded(sorted(region.depthwise), sorted(region.out_rows), channels, to, sorted(region.tensors)))
