@@ -567,10 +567,9 @@ def test_amx_or_vnni_is_measured_per_shape_and_gives_the_same_bits(monkeypatch):
 def test_amx_under_the_workqueue_layer():
     """numba's workqueue layer runs a region's workers on its own threads: each loads the tile configuration
     before its first tile instruction, and concurrent calls are serialised (threads.call_parallel)."""
-    import os
-    import textwrap
+    from processes import under_workqueue
 
-    script = textwrap.dedent(
+    printed = under_workqueue(
         """
         import numpy as np, numba
         from concurrent.futures import ThreadPoolExecutor
@@ -587,10 +586,7 @@ def test_amx_under_the_workqueue_layer():
         print("ok", numba.config.THREADING_LAYER)
         """
     )
-    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok workqueue"
+    assert printed == "ok workqueue"
 
 
 def test_qlinear_amx_environment_variable():

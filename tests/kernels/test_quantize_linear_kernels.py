@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
@@ -306,7 +305,9 @@ def test_concurrent_calls_with_table_converted_parameters():
 
 def test_concurrent_calls_under_the_workqueue_layer():
     """numba's workqueue layer aborts on concurrent parallel calls; qlinear serialises them."""
-    script = textwrap.dedent(
+    from processes import under_workqueue
+
+    printed = under_workqueue(
         """
         import numpy as np, numba, qlinear
         from concurrent.futures import ThreadPoolExecutor
@@ -318,10 +319,7 @@ def test_concurrent_calls_under_the_workqueue_layer():
         print("ok", numba.config.THREADING_LAYER)
         """
     )
-    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok workqueue"
+    assert printed == "ok workqueue"
 
 
 def test_numba_num_threads_environment_is_honoured():

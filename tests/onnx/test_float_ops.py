@@ -14,16 +14,16 @@ import qlinear.onnx as qonnx  # noqa: E402
 from qlinear.onnx import float_ops  # noqa: E402
 
 
-def _node_model(op: str, inputs: dict, **attributes) -> onnx.ModelProto:
+def _node_model(op: str, inputs: dict, opset: int = 17, **attributes) -> onnx.ModelProto:
     node = helper.make_node(op, list(inputs), ["y"], **attributes)
     values = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for name, v in inputs.items()]
     graph = helper.make_graph([node], "one", values, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _both(op: str, inputs: dict, **attributes) -> tuple[np.ndarray, np.ndarray]:
-    model = _node_model(op, inputs, **attributes)
+def _both(op: str, inputs: dict, opset: int = 17, **attributes) -> tuple[np.ndarray, np.ndarray]:
+    model = _node_model(op, inputs, opset, **attributes)
     reference = ReferenceEvaluator(model).run(None, inputs)[0]
     ours = ReferenceEvaluator(model, new_ops=list(float_ops.FLOAT_OPS)).run(None, inputs)[0]
     return ours, reference
@@ -170,10 +170,7 @@ def test_average_pool_is_the_reference_to_the_bit(case, nan, opset):
     x = rng.normal(0, 3, xs).astype(np.float32)
     if nan:
         x.reshape(-1)[::7] = np.nan
-    model = _node_model("AveragePool", {"x": x}, **attributes)
-    model.opset_import[0].version = opset
-    reference = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    ours = ReferenceEvaluator(model, new_ops=list(float_ops.FLOAT_OPS)).run(None, {"x": x})[0]
+    ours, reference = _both("AveragePool", {"x": x}, opset, **attributes)
     assert ours.dtype == reference.dtype and ours.shape == reference.shape
     np.testing.assert_array_equal(ours.view(np.uint32), reference.view(np.uint32))
 
