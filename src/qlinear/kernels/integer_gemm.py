@@ -604,7 +604,7 @@ class GemmLaunch:
         if amx:
             lead = (ro_au.reshape(-1),)
         else:
-            a32 = read_only(au.view(np.int32)) if self.words else _EMPTY_WORDS
+            a32 = read_only(au.view(np.int32) if self.words else _EMPTY_WORDS)  # read-only either way: one type
             ub = read_only(au ^ np.uint8(xor)) if (self.words and xor and self.need_rowsum) else ro_au
             lead = (ro_au, a32, ub)
 
@@ -625,7 +625,6 @@ class GemmLaunch:
                 THREAD_CHOICES.clear()
             choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
         return choice.call(launch)
-
 
     def _call_parts(self, amx: bool, n_workers: int):
         """The kernel, and a function that places a call's activation arrays and outputs among the arguments that
