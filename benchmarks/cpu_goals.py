@@ -4,7 +4,11 @@ their float ones in onnxruntime, as `qlinear quantize` writes them by default). 
 with its goal, and met / not met. The CPU behind this project's machines changes between sessions (Intel Emerald
 Rapids, AMD EPYC Zen 3 and Zen 4 so far): run it on each.
 
-    uv run python benchmarks/cpu_goals.py [--rounds 3] [--repeats 20] [--skip-models]
+    uv run python benchmarks/cpu_goals.py [--rounds 3] [--repeats 20] [--skip-models] [--no-amx]
+
+``--no-amx`` (Linux, a C compiler): both onnxruntime and qlinear are refused the AMX tiles (benchmarks/no_amx.c,
+preloaded), so a Sapphire or Emerald Rapids runs the AVX-512 VNNI kernels an AMD Zen 4 would: a stand-in for
+that CPU's instruction set, not for its caches or clocks.
 
 About 2 minutes for the convolutions and 3 for the models on 2 cores.
 """
@@ -12,6 +16,8 @@ About 2 minutes for the convolutions and 3 for the models on 2 cores.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,12 +74,33 @@ def model_goals(repeats: int) -> list[str]:
     return lines
 
 
+def without_amx() -> int:
+    """Run this script again under the no_amx.c shim (built into a temporary folder); its exit status."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        print("cpu_goals: --no-amx needs a C compiler (cc) to build benchmarks/no_amx.c", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="no_amx_") as folder:
+        shim = Path(folder) / "no_amx.so"
+        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(shim), str(ROOT / "benchmarks" / "no_amx.c"),
+                        "-ldl"], check=True)
+        env = dict(os.environ, LD_PRELOAD=str(shim), CPU_GOALS_NO_AMX="1")
+        argv = [a for a in sys.argv[1:] if a != "--no-amx"]
+        return subprocess.run([sys.executable, __file__, *argv], env=env).returncode
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the convolution timings")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per model and thread count")
     parser.add_argument("--skip-models", action="store_true", help="the convolutions only")
+    parser.add_argument("--no-amx", action="store_true",
+                        help="refuse AMX to both onnxruntime and qlinear (a Zen 4's instruction set on an Intel CPU)")
     args = parser.parse_args()
+    if args.no_amx:
+        return without_amx()
+    if os.environ.get("CPU_GOALS_NO_AMX"):
+        print("AMX refused to onnxruntime and qlinear (benchmarks/no_amx.c): AVX-512 VNNI on both sides")
     print(subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags:")[0].strip(), "\n")
     print("Issue 32: prepacked QLinearConv against onnxruntime (qlinear bench --conv)")
     for line in conv_goals(args.rounds):
