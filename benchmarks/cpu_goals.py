@@ -4,11 +4,12 @@ their float ones in onnxruntime, as `qlinear quantize` writes them by default). 
 with its goal, and met / not met. The CPU behind this project's machines changes between sessions (Intel Emerald
 Rapids, AMD EPYC Zen 3 and Zen 4 so far): run it on each.
 
-    uv run python benchmarks/cpu_goals.py [--rounds 3] [--repeats 20] [--skip-models] [--no-amx]
+    uv run python benchmarks/cpu_goals.py [--rounds 3] [--repeats 20] [--skip-models] [--isa avx512vnni|avx2]
 
-``--no-amx`` (Linux, a C compiler): both onnxruntime and qlinear are refused the AMX tiles (benchmarks/no_amx.c,
-preloaded), so a Sapphire or Emerald Rapids runs the AVX-512 VNNI kernels an AMD Zen 4 would: a stand-in for
-that CPU's instruction set, not for its caches or clocks.
+``--isa`` (Linux, a C compiler): on an Intel CPU with AMX, both onnxruntime and qlinear run the kernels of a CPU
+with less, through the preloaded shim benchmarks/isa_shim.c. ``avx512vnni`` refuses them AMX: an AMD Zen 4's
+instructions. ``avx2`` also hides AVX-512 and VNNI from CPUID (it needs the CPU's cpuid_fault): a Zen 3's. This
+copies instruction sets, not caches or clocks.
 
 About 2 minutes for the convolutions and 3 for the models on 2 cores.
 """
@@ -74,18 +75,18 @@ def model_goals(repeats: int) -> list[str]:
     return lines
 
 
-def without_amx() -> int:
-    """Run this script again under the no_amx.c shim (built into a temporary folder); its exit status."""
+def under_shim(isa: str) -> int:
+    """Run this script again under isa_shim.c in mode ``isa`` (built into a temporary folder); its exit status."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        print("cpu_goals: --no-amx needs a C compiler (cc) to build benchmarks/no_amx.c", file=sys.stderr)
+        print("cpu_goals: --isa needs a C compiler (cc) to build benchmarks/isa_shim.c", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="no_amx_") as folder:
-        shim = Path(folder) / "no_amx.so"
-        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(shim), str(ROOT / "benchmarks" / "no_amx.c"),
+    with tempfile.TemporaryDirectory(prefix="isa_shim_") as folder:
+        shim = Path(folder) / "isa_shim.so"
+        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(shim), str(ROOT / "benchmarks" / "isa_shim.c"),
                         "-ldl"], check=True)
-        env = dict(os.environ, LD_PRELOAD=str(shim), CPU_GOALS_NO_AMX="1")
-        argv = [a for a in sys.argv[1:] if a != "--no-amx"]
+        env = dict(os.environ, LD_PRELOAD=str(shim), ISA_SHIM=isa)
+        argv = [a for a in sys.argv[1:] if a != "--isa" and a != isa and not a.startswith("--isa=")]
         return subprocess.run([sys.executable, __file__, *argv], env=env).returncode
 
 
@@ -94,13 +95,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the convolution timings")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per model and thread count")
     parser.add_argument("--skip-models", action="store_true", help="the convolutions only")
-    parser.add_argument("--no-amx", action="store_true",
-                        help="refuse AMX to both onnxruntime and qlinear (a Zen 4's instruction set on an Intel CPU)")
+    parser.add_argument("--isa", choices=("avx512vnni", "avx2"),
+                        help="on an Intel CPU with AMX, run both libraries without AMX (a Zen 4's instructions) or "
+                             "also without AVX-512 and VNNI (a Zen 3's)")
     args = parser.parse_args()
-    if args.no_amx:
-        return without_amx()
-    if os.environ.get("CPU_GOALS_NO_AMX"):
-        print("AMX refused to onnxruntime and qlinear (benchmarks/no_amx.c): AVX-512 VNNI on both sides")
+    if args.isa and os.environ.get("ISA_SHIM") != args.isa:
+        return under_shim(args.isa)
+    if os.environ.get("ISA_SHIM"):
+        print(f"benchmarks/isa_shim.c in mode {os.environ['ISA_SHIM']}: both libraries see "
+              + ("no AMX" if os.environ["ISA_SHIM"] == "avx512vnni" else "no AVX-512, VNNI or AMX"))
     print(subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Flags:")[0].strip(), "\n")
     print("Issue 32: prepacked QLinearConv against onnxruntime (qlinear bench --conv)")
     for line in conv_goals(args.rounds):

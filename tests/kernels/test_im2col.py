@@ -895,6 +895,11 @@ def test_a_layer_runs_on_one_thread_or_on_all_as_measured(monkeypatch):
     for _ in range(each):
         choice.record(choice.next_is_serial(), 1.0)
     assert choice.serial is False and not choice.parallel_times
+    # decided(): the decision without a closure, counted as next_is_serial counts it; None when a trial is due
+    assert threads.SerialOrParallel().decided() is None
+    assert [choice.decided() for _ in range(choice.retry_at - 1)] == [False] * (choice.retry_at - 1)
+    assert choice.decided() is None and choice.serial is False  # the retry is next_is_serial's to start
+    assert choice.next_is_serial() is True and choice.serial is None
 
     rng = np.random.default_rng(12)
     x, w = rand(rng, (1, 16, 14, 14), U8), rand(rng, (16, 1, 3, 3), I8)

@@ -1322,6 +1322,9 @@ class ConvLaunch:
         if workers == 1 or _FORCE_SERIAL is not None:
             return self._run(x, workers == 1 or bool(_FORCE_SERIAL), workers)
         choice = _per_thread_count(self.thread_choices, workers, ig.threads.SerialOrParallel)
+        serial = choice.decided()
+        if serial is not None:
+            return self._run(x, serial, workers)
         return choice.call(lambda serial: self._run(x, serial, workers))
 
     def _run(self, x, serial: bool, workers: int) -> np.ndarray:

@@ -624,7 +624,8 @@ class GemmLaunch:
             if len(THREAD_CHOICES) >= 256:
                 THREAD_CHOICES.clear()
             choice = THREAD_CHOICES.setdefault(key, threads.SerialOrParallel())
-        return choice.call(launch)
+        serial = choice.decided()
+        return launch(serial) if serial is not None else choice.call(launch)
 
     def _call_parts(self, amx: bool, n_workers: int):
         """The kernel, and a function that places a call's activation arrays and outputs among the arguments that
