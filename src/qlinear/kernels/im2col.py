@@ -31,6 +31,7 @@ from qlinear.kernels import _fallback
 from qlinear.kernels import integer_gemm as ig
 from qlinear.kernels import weight_packing
 from qlinear.kernels._arguments import aligned_empty, read_only
+from qlinear.kernels.threads import call_parallel
 
 if ig.HAVE_NUMBA:
     from numba import njit, prange
@@ -1337,11 +1338,11 @@ class ConvLaunch:
         kind = self.kind
         if kind == "perm":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            ig.call_parallel(self.kernel, xc, *self.args, out32, out8, 1 if serial else workers, serial=serial)
+            call_parallel(self.kernel, xc, *self.args, out32, out8, 1 if serial else workers, serial=serial)
             return out
         if kind == "direct":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-            ig.call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
+            call_parallel(self.kernel, xc, *self.args, out32, out8, serial=serial)
             return out
         if kind == "direct_gemm":
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # the region's first tasks pad it
@@ -1349,20 +1350,21 @@ class ConvLaunch:
             n_workers = 1 if serial else workers
             blocks = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers)
             for head, rest in self.args:
-                ig.call_parallel(self.kernel, *head, *blocks, n_workers, xc, xq, *rest, out32, out8, serial=serial)
+                call_parallel(self.kernel, *head, *blocks, n_workers, xc, xq, *rest, out32, out8, serial=serial)
             return out
         n_workers = 1 if serial else workers
         pad, xc = _NO_PAD, _EMPTY8
-        if kind in ("gemm", "amx_gemm") and not plan.phase and (plan.poly or not self._in_place(x)):
+        in_place = self._in_place(x)
+        if kind in ("gemm", "amx_gemm") and not plan.phase and (plan.poly or not in_place):
             # the GEMM's own tasks pad (or phase-split) the input first, in parts, in the same parallel region
             # (3x3 256/2 @28: the split took 36 us on one thread before it)
             xc = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
             xflat = self._pad_buffer(x.shape[0])
             pad = self._pad_arguments(x, n_workers)
         else:
-            xflat = self._padded(x)
+            xflat = x.reshape(-1) if in_place else self._padded(x)
         if kind == "padded":
-            ig.call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
+            call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
             return out
         n_img, c_in = x.shape[:2]
         src = xflat
@@ -1376,7 +1378,7 @@ class ConvLaunch:
             # ResNet layers' 2t/1t went 0.63-0.80 -> 0.56-0.76 on one thread)
             split_serial = serial or self.split_serial.get(workers, True)
             start = time.perf_counter()
-            ig.call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
+            call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
                              s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
             if not serial and workers not in self.split_serial:
                 self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
@@ -1388,7 +1390,7 @@ class ConvLaunch:
         else:
             blocks, tail = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers), ()
         for head, rest in self.args:
-            ig.call_parallel(self.kernel, *head, *blocks, n_workers, src, xc, pad, plan.koff, k_total, *rest, out32,
+            call_parallel(self.kernel, *head, *blocks, n_workers, src, xc, pad, plan.koff, k_total, *rest, out32,
                              out8, *tail, serial=serial)
             pad = _NO_PAD  # the first group's call padded every plane
         return out

@@ -88,12 +88,12 @@ def call_parallel(fn, *args, serial: bool = False):
     """Call a ``parallel=True`` numba function with `get_num_threads()` threads, or one if ``serial`` (work
     too small to pay for waking a helper thread)."""
     global _layer_is_safe
-    import numba
-
     n = 1 if serial else get_num_threads()
     if _layer_is_safe:
         _numba_set_num_threads(n)  # per calling thread in numba, so set on every call
         return fn(*args)
+    import numba
+
     with _lock:
         _numba_set_num_threads(n)
         result = fn(*args)
