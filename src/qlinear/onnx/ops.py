@@ -52,7 +52,9 @@ class _QlinearOp(OpRun):
         # those the node sets, so that each qlinear function applies the defaults of the model's version
         # (and rejects an attribute the model's version lacks). Linked attributes (inside a function)
         # arrive with their resolved values in `attributes`.
-        explicit = {a.name for a in self.onnx_node.attribute}
+        explicit = self.__dict__.get("_explicit")
+        if explicit is None:  # the node's own attribute names: reading the protobuf on every run cost ~2 us
+            explicit = self.__dict__["_explicit"] = frozenset(a.name for a in self.onnx_node.attribute)
         given = {name: value for name, value in attributes.items() if name in explicit}
         for name in _UNSET_WHEN_ZERO & given.keys():
             if given[name] == 0:
@@ -71,6 +73,24 @@ class _QlinearOp(OpRun):
         return f"node {name!r} ({self.op_type})" if name else f"{self.op_type} node -> {list(self.onnx_node.output)}"
 
     def run(self, *args, **kwargs):
+        # A node without linked attributes (any node outside a function) gets from OpRun.run the same
+        # attributes on every run: they are read once, and _run is called directly (OpRun.run's checks and
+        # logging cost ~10 us a node, as much as a small convolution's kernel).
+        if not kwargs and not self.has_linked_attribute and not self.has_subgraph:
+            fixed = self.__dict__.get("_fixed_attributes")
+            if fixed is None:
+                fixed = self.__dict__["_fixed_attributes"] = {name: getattr(self, name)
+                                                              for name in self.attributes_names_}
+            try:
+                res = self._run(*args, **fixed)
+            except (TypeError, AttributeError) as error:
+                if getattr(error, "_qlinear_node_error", False):
+                    raise
+                # not qlinear's: OpRun.run below runs the node again and raises its own error, as it always did
+            else:
+                if type(res) is tuple and res and all(type(value) is np.ndarray for value in res):
+                    return res
+                return self._check_and_fix_outputs(res)
         # OpRun.run rewraps a TypeError from _run into a generic one ("Issues with types ..."); give the
         # caller qlinear's own error (already prefixed with the node) instead.
         try:
