@@ -127,6 +127,7 @@ def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, mon
     """Stride 1 or 2, symmetric weights and more than one tap: the call may read the interleaved input in place
     (an alternative launch of kind direct_gemm, timed against the packed one on the first calls), with the bits
     of the packed im2col path; forced (_DIRECT True) it is the launch."""
+    monkeypatch.setattr(im2col, "_PLANS", {})  # no decision of an earlier test's calls of the same shape
     rng = np.random.default_rng(7)
     x = rand(rng, (2, 10, 30, 31), U8)
     w = rng.integers(-20, 21, (12, 10, taps, taps)).astype(np.int8)  # byte pairs fit avx2ub
@@ -165,6 +166,35 @@ def test_direct_path_only_for_replicated_taps_and_weight_zero_points_0(path, mon
     off = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(zw), 1), None, g, path=path)
     assert off.kind != "direct_gemm" and off.alt is None
     np.testing.assert_array_equal(off.run(x), want)
+
+
+def test_new_weights_of_a_decided_shape_build_the_chosen_kernel_alone(path, monkeypatch):
+    """The calls of a layer shape decide between packed panels and the direct path once per thread count, for
+    every packing of weights of that shape (a raw-weights call packs anew each time): once the panels won, a
+    new packing builds no direct launch (nor packs its weights); once the direct path won, it does. Same bits."""
+    if path == "blas":
+        pytest.skip("no direct path")
+    monkeypatch.setattr(im2col, "_PLANS", {})
+    rng = np.random.default_rng(8)
+    x = rand(rng, (1, 8, 12, 12), U8)
+    g = geo((1, 1), (1, 1), (1, 1), (1, 1))
+
+    def launched():
+        w = rng.integers(-20, 21, (16, 8, 3, 3)).astype(np.int8)
+        launch = im2col.prepare(x.shape, x.dtype, 5, im2col.prepack_conv(w, np.int8(0), 1), None, g, path=path)
+        return launch, direct_conv(x, 5, w, 0, None, 1, (1, 1), (1, 1), (1, 1), (1, 1))
+
+    first, want = launched()
+    assert first.alt is not None
+    choice = first.alt_choices.setdefault(ig.threads.get_num_threads(), ig.threads.FasterOf())
+    choice.choice = 0  # the panels won
+    second, want = launched()
+    assert second.alt is None and second.packed._direct == {}
+    np.testing.assert_array_equal(second.run(x), want)
+    choice.choice = 1  # the direct path won
+    third, want = launched()
+    assert third.alt is not None and third.alt_choices is first.alt_choices
+    np.testing.assert_array_equal(third.run(x), want)
 
 
 def test_every_width_of_the_last_pixel_panel(path):

@@ -998,13 +998,13 @@ class _Plan:
         self.zeros_r = np.zeros(self.mp * mr, np.int32)
 
 
-class _WeightPlan:
-    """What one set of packed weights adds to a shared `_Plan`: each group's weight zero points padded to whole
-    panels, and the epilogue's row terms (`_row_terms`)."""
+class _Choices:
+    """What the calls of one layer shape measured, whatever their weights: kept on the shared `_Plan`, so that
+    weights of the same shape packed anew (a raw-weights call that misses the packing cache) start from the
+    decisions made, instead of timing every kernel again and packing its weights for it (ResNet-50's 3x3 512
+    @7 with raw weights: 5.5 ms a call, 2.5 of them the direct path's weight order, for a 0.13 ms kernel)."""
 
-    def __init__(self, plan: _Plan, packed: PackedConv):
-        self.plan = plan
-        self.row_terms: dict = {}
+    def __init__(self):
         self.thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of this shape's calls
         self.split_serial: dict = {}  # thread count -> whether the phase split runs on one thread (ConvLaunch)
         self.direct_thread_choices: dict = {}  # the same for the direct path's launches
@@ -1013,6 +1013,24 @@ class _WeightPlan:
         self.direct_choices: dict = {}
         self.amx_choices: dict = {}  # the same for the packed panels' GEMM on VNNI vectors or AMX tiles
         self.amx_thread_choices: dict = {}  # thread count -> threads.SerialOrParallel of the AMX launches
+
+
+class _WeightPlan:
+    """What one set of packed weights adds to a shared `_Plan`: each group's weight zero points padded to whole
+    panels, and the epilogue's row terms (`_row_terms`); the plan's measured choices (`_Choices`)."""
+
+    def __init__(self, plan: _Plan, packed: PackedConv):
+        self.plan = plan
+        self.row_terms: dict = {}
+        choices = plan.__dict__.get("choices")
+        if choices is None:
+            choices = plan.choices = _Choices()
+        self.thread_choices = choices.thread_choices
+        self.split_serial = choices.split_serial
+        self.direct_thread_choices = choices.direct_thread_choices
+        self.direct_choices = choices.direct_choices
+        self.amx_choices = choices.amx_choices
+        self.amx_thread_choices = choices.amx_thread_choices
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1176,7 +1194,8 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     # 0: the GEMM may read the padded, channel-interleaved input in place of im2col panels (_direct_launch). A
     # 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
     direct = (packed.direct_groups(plan.g) if _DIRECT is not False and (plan.virtual or plan.poly)
-              and packed.taps > 1 else None)
+              and packed.taps > 1 and (_DIRECT is True or not _decided_first(weight_plan.direct_choices))
+              else None)
     if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
         alt = _direct_launch(launch, weight_plan, direct, path, bias_full, n_img)
         if _DIRECT is True:
@@ -1203,7 +1222,8 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                             pan_per_img, out3[0], out3[1], out3[2], s3[0], s3[1], s3[2], hp * wp, wp, pw.any_zw,
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
-    if path == "avx512vnni" and _AMX is not False and ig.amx_available():
+    if (path == "avx512vnni" and _AMX is not False and ig.amx_available()
+            and (_AMX is True or not _decided_first(weight_plan.amx_choices))):
         amx = _amx_launch(launch, weight_plan)
         if _AMX is True:
             return amx
@@ -1491,6 +1511,13 @@ def _has_vbmi() -> bool:
     if _VBMI is None:
         _VBMI = "avx512vbmi" in ig._host_features()
     return _VBMI
+def _decided_first(choices: dict) -> bool:
+    """Whether the layer shape's calls on the current thread count chose the first of two kernels for good
+    (threads.FasterOf): a new launch then leaves the second unbuilt, and its weights unpacked."""
+    choice = choices.get(ig.threads.get_num_threads())
+    return choice is not None and choice.choice == 0
+
+
 def _per_thread_count(choices: dict, workers: int, make):
     """``choices[workers]``, made by ``make()`` on first use (threads.FasterOf, threads.SerialOrParallel): what
     the calls of a layer shape measured, kept per thread count."""
