@@ -1399,7 +1399,7 @@ class ConvLaunch:
             split_serial = serial or self.split_serial.get(workers, True)
             start = time.perf_counter()
             call_parallel(_phase_split, xflat, src, n_img, c_in, hp, wp, plan.ph_list, kern3[2], d3[2],
-                             s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
+                          s3[1], s3[2], plan.hs, plan.out3[2], serial=split_serial)
             if not serial and workers not in self.split_serial:
                 self.split_serial[workers] = time.perf_counter() - start < 2 * ig.threads.launch_cost()
         k_total = self.packed.group_channels * self.packed.taps
@@ -1411,7 +1411,7 @@ class ConvLaunch:
             blocks, tail = ig.block_sizes(self.args[0][0][2], plan.q_total, plan.mr, plan.nr, n_workers), ()
         for head, rest in self.args:
             call_parallel(self.kernel, *head, *blocks, n_workers, src, xc, pad, plan.koff, k_total, *rest, out32,
-                             out8, *tail, serial=serial)
+                          out8, *tail, serial=serial)
             pad = _NO_PAD  # the first group's call padded every plane
         return out
 
@@ -1511,6 +1511,8 @@ def _has_vbmi() -> bool:
     if _VBMI is None:
         _VBMI = "avx512vbmi" in ig._host_features()
     return _VBMI
+
+
 def _decided_first(choices: dict) -> bool:
     """Whether the layer shape's calls on the current thread count chose the first of two kernels for good
     (threads.FasterOf): a new launch then leaves the second unbuilt, and its weights unpacked."""
