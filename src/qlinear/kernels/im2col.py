@@ -864,7 +864,8 @@ def _dw_perm_groups(h, w, oh, ow, sh, sw, dh, dw, pt, pl, kh, kw):
 
 
 class _Plan:
-    """Everything about one (input shape, geometry, path) that does not depend on the data; cached per PackedConv."""
+    """Everything about one (input shape, geometry, path) that does not depend on the data; shared by every packing
+    of weights of the same shape (`_shared_plan`), with what their calls measured (`choices`)."""
 
     def dw_perm(self):
         """_dw_perm_tables for this 2-D geometry (computed on first use), or None."""
@@ -891,6 +892,7 @@ class _Plan:
         self.col_off = np.where(valid, img * (out_channels * self.positions) + (od * oh_n + oh) * ow_n + ow, -1)
 
     def __init__(self, packed: PackedConv, x_shape, strides, dilations, pads_begin, pads_end, path):
+        self.choices = _Choices()
         n_spatial = len(x_shape) - 2
         kernel = packed.kernel
         padded = tuple(x_shape[2 + i] + pads_begin[i] + pads_end[i] for i in range(n_spatial))
@@ -1017,20 +1019,11 @@ class _Choices:
 
 class _WeightPlan:
     """What one set of packed weights adds to a shared `_Plan`: each group's weight zero points padded to whole
-    panels, and the epilogue's row terms (`_row_terms`); the plan's measured choices (`_Choices`)."""
+    panels, and the epilogue's row terms (`_row_terms`)."""
 
     def __init__(self, plan: _Plan, packed: PackedConv):
         self.plan = plan
         self.row_terms: dict = {}
-        choices = plan.__dict__.get("choices")
-        if choices is None:
-            choices = plan.choices = _Choices()
-        self.thread_choices = choices.thread_choices
-        self.split_serial = choices.split_serial
-        self.direct_thread_choices = choices.direct_thread_choices
-        self.direct_choices = choices.direct_choices
-        self.amx_choices = choices.amx_choices
-        self.amx_thread_choices = choices.amx_thread_choices
         self.u1 = []
         if hasattr(plan, "mp"):  # the GEMM path (the depthwise and BLAS paths use none of this)
             m_g = packed.out_channels // packed.group
@@ -1194,7 +1187,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
     # 0: the GEMM may read the padded, channel-interleaved input in place of im2col panels (_direct_launch). A
     # 1x1 convolution's panels copy each byte once, in parallel tasks, from the input in place: it keeps them
     direct = (packed.direct_groups(plan.g) if _DIRECT is not False and (plan.virtual or plan.poly)
-              and packed.taps > 1 and (_DIRECT is True or not _decided_first(weight_plan.direct_choices))
+              and packed.taps > 1 and (_DIRECT is True or not _decided_first(plan.choices.direct_choices))
               else None)
     if direct is not None and (path not in ig.BYTE_PAIR_PATHS or all(pw.fits_byte_pairs() for pw in direct)):
         alt = _direct_launch(launch, weight_plan, direct, path, bias_full, n_img)
@@ -1203,7 +1196,7 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
         # whether reading the input in place beats packing its panels depends on the layer and the CPU (3x3
         # 64 @56, 1 thread: 584 -> 427 us; 3x3 512/2 @14: 487 -> 545 us, its K steps scattered over 128
         # channel groups): the first calls time both (threads.FasterOf, per layer shape)
-        launch.alt, launch.alt_choices = alt, weight_plan.direct_choices
+        launch.alt, launch.alt_choices = alt, plan.choices.direct_choices
     if plan.phase:
         img_stride, chan_stride = plan.phase_img, cg * plan.chan
     elif plan.poly:
@@ -1223,12 +1216,12 @@ def prepare(x_shape, x_dtype, x_zero_point, packed: PackedConv, bias, geometry, 
                             rterm, plan.zeros_c, weight_plan.u1[gi], plan.zeros_r, plan.zeros_c, read_only(mult),
                             rq.rs, 0, rq.mode, rq.yzp, rq.qmin, rq.qmax, plan.row_off[gi], plan.col_off)))
     if (path == "avx512vnni" and _AMX is not False and ig.amx_available()
-            and (_AMX is True or not _decided_first(weight_plan.amx_choices))):
+            and (_AMX is True or not _decided_first(plan.choices.amx_choices))):
         amx = _amx_launch(launch, weight_plan)
         if _AMX is True:
             return amx
         # AMX tiles or VNNI vectors for the packed panels, timed on the first calls as the direct path is
-        launch.amx, launch.amx_choices = amx, weight_plan.amx_choices
+        launch.amx, launch.amx_choices = amx, plan.choices.amx_choices
     return launch
 
 
@@ -1237,7 +1230,7 @@ def _amx_launch(launch, weight_plan) -> ConvLaunch:
     epilogue, the weights as rows of whole 64-byte K tiles (kept on each group's PackedWeights)."""
     from qlinear.kernels import _amx
 
-    amx = launch.sibling(weight_plan, weight_plan.amx_thread_choices)
+    amx = launch.sibling(weight_plan, weight_plan.plan.choices.amx_thread_choices)
     amx.kind, amx.kernel = "amx_gemm", _amx.conv_tiles
     amx.args = []
     for pw, (head, rest) in zip(launch.packed.groups, launch.args):
@@ -1279,7 +1272,7 @@ def _direct_launch(launch, weight_plan, direct, path, bias_full, n_img) -> ConvL
     per_task = max(1, _FILL_TASK_GROUPS // (phases * plane))
     geo = np.array(geo + (pitch, launch.flip, launch.zau, n_img * group * cg, int(plan.poly), scratch, per_task,
                           units), np.int64)
-    alt = launch.sibling(weight_plan, weight_plan.direct_thread_choices)
+    alt = launch.sibling(weight_plan, plan.choices.direct_thread_choices)
     alt.split_serial = {}
     alt.kind, alt.kernel = "direct_gemm", ig.conv_direct_driver(path)
     alt.direct_size = max(n_img * q_img, last) + 32
@@ -1313,7 +1306,8 @@ class ConvLaunch:
         self.packed, self.plan, self.rq, self.za, self.bias = packed, weight_plan.plan, rq, za, bias
         self.geometry, self.may_overflow = geometry, may_overflow
         # shared by every launch of the shape: what the calls measured
-        self.thread_choices, self.split_serial = weight_plan.thread_choices, weight_plan.split_serial
+        choices = weight_plan.plan.choices
+        self.thread_choices, self.split_serial = choices.thread_choices, choices.split_serial
         self.pad_parts: dict = {}  # thread count -> the padding's arguments (_pad_arguments)
 
     def sibling(self, weight_plan, thread_choices) -> "ConvLaunch":
