@@ -87,6 +87,26 @@ def test_random_matches_int64(path, m, k, n, adt, wdt):
     np.testing.assert_array_equal(ig.gemm(a, za_rows, pw, path=path), oracle(a, za_rows, w, zw))
 
 
+def test_out_receives_the_product(path):
+    # a batched matmul's slices are written in place: the same bits as a new array, int32 and requantized
+    rng = np.random.default_rng(5)
+    a, w = rand(rng, (37, 129), U8), rand(rng, (129, 45), I8)
+    pw = ig.pack_weights(w, I8(0))
+    out = np.full((2, 37, 45), -1, np.int32)
+    got = ig.gemm(a, U8(7), pw, path=path, out=out[1])
+    assert got is not None and np.shares_memory(got, out[1])
+    np.testing.assert_array_equal(out[1], oracle(a, U8(7), w, 0))
+    assert (out[0] == -1).all()
+    rq = (np.float32(0.01), 3, U8, "float64")
+    out8 = np.empty((37, 45), U8)
+    ig.gemm(a, U8(7), pw, None, rq, path=path, out=out8)
+    np.testing.assert_array_equal(out8, ig.gemm(a, U8(7), pw, None, rq, path=path))
+    np.testing.assert_array_equal(out8, requant_oracle(oracle(a, U8(7), w, 0), np.float32(0.01), 3, U8, "float64"))
+    for bad in (np.empty((37, 45), np.int64), np.empty((45, 37), np.int32), np.empty((37, 90), np.int32)[:, ::2]):
+        with pytest.raises(ValueError, match=r"gemm: out must be a writeable C-contiguous int32 array of shape \(37, 45\)"):
+            ig.gemm(a, U8(7), pw, path=path, out=bad)
+
+
 def test_every_width_of_the_last_panel(path):
     # the last column panel holds 1..NR columns: at most half of NR runs the half-width microkernel, the rest the
     # full one (NR = 16 on the AVX2 paths, 32 on the AVX-512 ones)

@@ -465,11 +465,25 @@ _EMPTY_OUT8 = np.empty(1, np.uint8)
 THREAD_CHOICES: dict = {}  # (path, M, K, N, thread count) -> threads.SerialOrParallel of gemm's calls
 
 
-def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None) -> np.ndarray:
-    """Exact ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N) int32, or its requantization (see module docstring)."""
+def gemm(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None,
+         out: np.ndarray | None = None) -> np.ndarray:
+    """Exact ``sum_k (a - a_zp)(w - w_zp) + bias`` (M, N) int32, or its requantization (see module docstring).
+    ``out``: a C-contiguous (M, N) array of the result's type that the kernels write into (a batch's slice)."""
     a = np.asarray(a)
     launch, result = gemm_launch(a, a_zero_point, packed, bias, requant, path)
-    return result if launch is None else launch.run(a)
+    if launch is not None:
+        return launch.run(a, out)
+    if out is None:
+        return result
+    _check_out(out, result.shape, result.dtype)
+    out[...] = result
+    return out
+
+
+def _check_out(out: np.ndarray, shape: tuple, dtype) -> None:
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"gemm: out must be a writeable C-contiguous {np.dtype(dtype)} array of shape {shape}, "
+                         f"got {out.dtype} {out.shape}")
 
 
 def gemm_launch(a, a_zero_point, packed: PackedWeights, bias=None, requant=None, path: str | None = None):
@@ -575,12 +589,15 @@ class GemmLaunch:
         self.rest = (rterm, cterm, v1, u2, v2, read_only(rq.mult), rq.rs, rq.cs, rq.mode, rq.yzp, rq.qmin, rq.qmax,
                      row_off, col_off)
 
-    def run(self, a: np.ndarray) -> np.ndarray:
-        """The product of ``a`` (the launch's shape and type) with the launch's weights."""
+    def run(self, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The product of ``a`` (the launch's shape and type) with the launch's weights, into ``out`` when given
+        (C-contiguous, the launch's output shape and type)."""
+        if out is not None:
+            _check_out(out, self.out_shape, self.rq.y_dtype)
         if self.path != "avx512vnni" or _AMX is False or not amx_available():
-            return self._run(a, False)
+            return self._run(a, False, out)
         if _AMX is True:
-            return self._run(a, True)
+            return self._run(a, True, out)
         # AMX tiles or VNNI vectors, measured per shape and thread count (threads.FasterOf): the tiles pay on
         # long products, a one-row product or a short K may not (the activations are copied into padded rows)
         key = (self.m_total, self.k, self.n_total, threads.get_num_threads())
@@ -589,13 +606,14 @@ class GemmLaunch:
             if len(AMX_CHOICES) >= 256:
                 AMX_CHOICES.clear()
             choice = AMX_CHOICES.setdefault(key, threads.FasterOf())
-        return choice.call(lambda: self._run(a, False), lambda: self._run(a, True))
+        return choice.call(lambda: self._run(a, False, out), lambda: self._run(a, True, out))
 
-    def _run(self, a: np.ndarray, amx: bool) -> np.ndarray:
+    def _run(self, a: np.ndarray, amx: bool, out: np.ndarray | None = None) -> np.ndarray:
         xor = self.xor
         au = np.ascontiguousarray(a.view(np.uint8) if xor else a)
         rq = self.rq
-        out = np.empty(self.out_shape, rq.y_dtype)
+        if out is None:
+            out = np.empty(self.out_shape, rq.y_dtype)
         flat = out.reshape(-1)
         out32 = flat if rq.mode == 0 else _EMPTY_OUT32
         out8 = flat.view(np.uint8) if rq.mode != 0 else _EMPTY_OUT8
