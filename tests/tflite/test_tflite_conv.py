@@ -48,6 +48,17 @@ def run_case(op, x, w, bias, x_scale, x_zp, w_scale, y_scale, y_zp, families=FAM
         got = OPS[op](x, w, bias, x_scale, x_zp, w_scale, y_scale, y_zp, kernel=family, **kw)
         assert got.dtype == expected.dtype and got.shape == expected.shape
         bad = np.flatnonzero(got != expected)
+        if bad.size:
+            # Once in many CI runs (2026-12-06, AMD Zen 4) the XNNPACK delegate returned the zero point for 22
+            # outputs whose reference family, and qlinear, say 127; it did not recur in 400 runs of the model,
+            # alone or beside two busy processes. Two fresh single-thread interpreters that agree with each other
+            # decide; a first run that they both contradict was the interpreter's own fault, and it is printed.
+            again = [Runner(model, family, num_threads=1)(x) for _ in range(2)]
+            if np.array_equal(again[0], again[1]) and not np.array_equal(again[0], expected):
+                print(f"\n{op} {family}: the interpreter's first run differed from two fresh runs of it in "
+                      f"{np.count_nonzero(again[0] != expected)} outputs; the fresh runs are compared")
+                expected = again[0]
+                bad = np.flatnonzero(got != expected)
         assert bad.size == 0, (f"{family}: {bad.size} of {got.size} outputs differ, first at flat index {bad[0]}: "
                                f"qlinear {got.flat[bad[0]]}, interpreter {expected.flat[bad[0]]}")
         if family == "xnnpack" and expect_delegated is not None:
