@@ -1376,7 +1376,7 @@ class ConvLaunch:
             xflat = self._pad_buffer(x.shape[0])
             pad = self._pad_arguments(x, n_workers)
         else:
-            xflat = x.reshape(-1) if in_place else self._padded(x)
+            xflat = self._padded(x, in_place)
         if kind == "padded":
             call_parallel(self.kernel, xflat, *self.args, out32, out8, _FUSE_DW3X3, serial=serial)
             return out
@@ -1415,12 +1415,13 @@ class ConvLaunch:
         return (not plan.padded and not self.packed.depthwise and not plan.phase and not plan.poly and not self.flip
                 and x.flags.c_contiguous)
 
-    def _padded(self, x):
+    def _padded(self, x, in_place: bool):
         """x as the kernels read it outside the GEMM's region (the depthwise kernel, the phase split): x itself
-        where the packers may read it in place, else padded on the calling thread, int8 flipped to uint8 bits."""
+        where the packers may read it in place (``in_place``: `_in_place` of x), else padded on the calling
+        thread, int8 flipped to uint8 bits."""
         # the packers bound their reads themselves, so an unpadded uint8 input is used in place (ResNet-50's down
         # 1x1 256->512/2 @56: the copy took 23 of 380 us, on one thread whatever the call's count)
-        if self._in_place(x):
+        if in_place:
             return x.reshape(-1)
         # in numba: NumPy's strided copy costs ~10 ns a row (3x3 256/2 @28: 72 us of short rows)
         xflat = self._pad_buffer(x.shape[0])
