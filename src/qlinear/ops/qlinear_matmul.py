@@ -74,8 +74,9 @@ def _matmul_accumulate(a, a_zero_point, b, b_zero_point, requant=None) -> np.nda
         rq = None
         if requant is not None:
             rq = (_compact(multiplier[index]), requant[1], requant[2], requant[3])
-        # into out's own slice: a result array per product, copied, made glibc trim and fault the pages back on
-        # every call (3136 x 64 x 64 matmul_integer, 1 thread: 940 us, the product itself 212)
+        # into out's own slice: a result array per product, copied, cost the copy and at times made glibc trim
+        # the heap and fault the pages back on every call (3136 x 64 x 64 matmul_integer, 1 thread: 290-940 us
+        # before, 262-277 after, the product itself 205-212)
         integer_gemm.gemm(a_b[index], a_zp[index].reshape(-1), weights, requant=rq, out=out[index])
     return out
 
